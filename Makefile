@@ -1,0 +1,54 @@
+# fp4lab: `make reproduce` runs every notebook this machine can run and exports HTML reports;
+# `make test` runs the test suite. Both create the environment in build/venv when missing.
+#   make reproduce NOTEBOOKS=01,05        only these notebooks (names or numbers)
+#   make reproduce TORCH=torch==2.14.1    another torch build (a CUDA one on a GPU machine)
+
+PYTHON   ?= python3
+TORCH    ?= torch==2.13.0
+NOTEBOOKS ?=
+BUILD    := build
+VENV     := $(BUILD)/venv
+PY       := $(VENV)/bin/python
+STAMP    := $(VENV)/.installed-$(subst =,-,$(subst /,-,$(TORCH)))
+
+# Every cache stays inside the ignored build folder, never in the home directory.
+export FP4LAB_BUILD_DIR      := $(abspath $(BUILD))
+export TORCHINDUCTOR_CACHE_DIR := $(abspath $(BUILD))/cache/inductor
+export FLASHINFER_WORKSPACE_BASE := $(abspath $(BUILD))/cache/flashinfer
+export MPLCONFIGDIR          := $(abspath $(BUILD))/cache/matplotlib
+export TRITON_CACHE_DIR      := $(abspath $(BUILD))/cache/triton
+export XDG_CACHE_HOME        := $(abspath $(BUILD))/cache/xdg
+export HF_HOME               := $(abspath $(BUILD))/cache/huggingface
+export IPYTHONDIR            := $(abspath $(BUILD))/cache/ipython
+export JUPYTER_CONFIG_DIR    := $(abspath $(BUILD))/jupyter/config
+export JUPYTER_DATA_DIR      := $(abspath $(BUILD))/jupyter/data
+export JUPYTER_RUNTIME_DIR   := $(abspath $(BUILD))/jupyter/runtime
+export PIP_CACHE_DIR         := $(abspath $(BUILD))/cache/pip
+export PYTHONUNBUFFERED      := 1
+
+.PHONY: reproduce test lab list venv clean
+
+reproduce: $(STAMP)
+	$(PY) -m fp4lab.catalog reproduce --notebooks "$(NOTEBOOKS)"
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+lab: $(STAMP)
+	$(PY) -m jupyter lab --notebook-dir=notebooks
+
+list: $(STAMP)
+	$(PY) -m fp4lab.catalog list
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q "$(TORCH)"
+	$(PY) -m pip install -q -e ".[test]"
+	$(PY) -m ipykernel install --sys-prefix --name fp4lab --display-name "Python (fp4lab)"
+	rm -f $(VENV)/.installed-* && touch $@
+
+clean:
+	rm -rf $(BUILD)/executed $(BUILD)/html $(BUILD)/test
