@@ -95,9 +95,9 @@ def export_html(executed: Path, out_dir: Path) -> Path:
     return html
 
 
-def reproduce(spec: str = "", html: bool = True) -> int:
+def reproduce(spec: str = "", html: bool = True, folder: Path = paths.NOTEBOOKS_DIR) -> int:
     """Run every selected notebook the machine can run; 0 when none of them failed."""
-    chosen = select(spec, notebooks())
+    chosen = select(spec, notebooks(folder))
     steps = plan(chosen)
     executed_dir, html_dir = paths.build_dir() / "executed", paths.build_dir() / "html"
     failed = []

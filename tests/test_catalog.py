@@ -1,0 +1,62 @@
+"""The catalog: selecting notebooks by name, planning by needs, and a reproduce run that survives a failure."""
+
+from __future__ import annotations
+
+import json
+
+import nbformat
+import pytest
+from nbformat.v4 import new_code_cell, new_notebook
+
+from fp4lab import catalog, probe, records
+
+
+def test_select_by_name_or_number():
+    available = catalog.notebooks()
+    assert [nb.name for nb in catalog.select("01,00_environment", available)] == ["00_environment", "01_nvcc_subprocess_crash"]
+    assert catalog.select("", available) == available
+
+
+def test_unknown_notebook_names_the_variable_and_allowed_values():
+    with pytest.raises(ValueError, match=r"NOTEBOOKS contains '99_nope', which is not a notebook; allowed values: 00_environment, "):
+        catalog.select("01,99_nope", catalog.notebooks())
+
+
+def test_plan_skips_with_reasons():
+    gpu_only = catalog.Notebook("x", None, "x", "multi-gpu", 1, "")
+    machine = probe.machine()
+    [(nb, reason)] = catalog.plan([gpu_only], machine)
+    assert reason == machine.missing("multi-gpu")
+    if machine.gpu_count < 2:
+        assert reason.startswith("needs 2 or more GPUs")
+
+
+def _notebook(folder, name, source, needs="cpu"):
+    nb = new_notebook(cells=[new_code_cell(source)])
+    nb.metadata["kernelspec"] = {"name": catalog.KERNEL, "display_name": "fp4lab", "language": "python"}
+    nb.metadata["fp4lab"] = {"title": name, "needs": needs, "duration_s": 1}
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+def test_reproduce_runs_the_rest_after_a_failure_and_reports_it(isolated_outputs, monkeypatch, capsys):
+    folder = isolated_outputs / "nbs"
+    folder.mkdir()
+    _notebook(folder, "01_fails", "raise RuntimeError('deliberate')")
+    _notebook(folder, "02_passes", "x = 1")
+    _notebook(folder, "03_needs_gpus", "x = 1", needs="multi-gpu")
+    monkeypatch.setenv("FP4LAB_BUILD_DIR", str(isolated_outputs / "build"))
+    assert catalog.reproduce("", folder=folder) == 1
+    status = {r["values"]["notebook"]: r["values"] for r in records.read("reproduce")}
+    assert status["01_fails"]["status"] == "failed" and "deliberate" in status["01_fails"]["reason"]
+    assert status["02_passes"]["status"] == "ran"
+    if probe.machine().gpu_count < 2:
+        assert status["03_needs_gpus"]["status"] == "skipped" and "GPUs" in status["03_needs_gpus"]["reason"]
+    html = (isolated_outputs / "build" / "html" / "02_passes.html").read_text()
+    assert "x = 1" not in html, "code cells are hidden in the HTML export"
+    out = capsys.readouterr()
+    assert "[1/3] 01_fails" in out.out and "SKIPPED" in out.out and "01_fails" in out.err
+
+
+def test_cli_rejects_unknown_notebooks_before_running(capsys):
+    assert catalog.main(["reproduce", "--notebooks", "nope"]) == 2
+    assert "allowed values" in capsys.readouterr().err

@@ -1,0 +1,116 @@
+"""The story staged on the installed FlashInfer: each stage restores what it changed; the chain; the fix."""
+
+from __future__ import annotations
+
+import flashinfer
+import flashinfer.utils
+import pytest
+import torch
+from flashinfer.jit import core, cpp_ext
+
+from fp4lab import flashinfer_path as fp
+from fp4lab import probe, segment, trace
+
+SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
+
+
+@pytest.fixture(scope="module")
+def story_model():
+    return segment.Stack(SHAPE, 1, fp.fp4_quantize), segment.tokens_input(SHAPE, 16)
+
+
+def _state():
+    modules = fp._flashinfer_modules()
+    return (
+        [getattr(m, "get_compute_capability", None) for m in modules],
+        [getattr(m, "fp4_quantize", None) for m in modules],
+        cpp_ext.get_cuda_version,
+        torch.version.cuda,
+        set(core.current_compilation_context.TARGET_CUDA_ARCHS),
+        core.JitSpecRegistry.register,
+        probe.target(),
+    )
+
+
+def test_every_stage_restores_even_on_error():
+    before = _state()
+    with pytest.raises(RuntimeError, match="boom"):
+        with fp.simulated_target((12, 0)), fp.patch_cuda_version(), fp.bypassed_jit_registry():
+            with fp.compiler_disabled_fp4_quantize():
+                assert flashinfer.utils.get_compute_capability(torch.device("cpu")) == (12, 0)
+                assert torch.version.cuda == "12.9" and probe.target()["simulated"]
+                assert core.current_compilation_context.TARGET_CUDA_ARCHS == {(12, "0a")}
+                raise RuntimeError("boom")
+    assert _state() == before
+    original = flashinfer.fp4_quantize
+    with fp.custom_op_fp4_quantize():
+        assert flashinfer.fp4_quantize is not original
+        assert flashinfer.quantization.fp4_quantize is flashinfer.fp4_quantize
+    assert _state() == before
+
+
+def test_patch_cuda_version_is_the_storys(story_model):
+    with fp.patch_cuda_version("12.8"):
+        assert str(cpp_ext.get_cuda_version()) == "12.8"
+        assert cpp_ext.is_cuda_version_at_least("12.8")
+
+
+def test_the_blocker_chain_reaches_the_jits_file_io(story_model):
+    model, x = story_model
+    rows = fp.walk_blocker_chain(model, x, sm=(12, 0))
+    signatures = [r["signature"] for r in rows]
+    assert signatures[-1] == "file_io", rows[-1]
+    assert rows[-1]["skipped_builtin"].startswith("posix.")
+    nvcc = [r for r in rows if r["signature"] == "subprocess"]
+    assert nvcc and nvcc[0]["shows_nvcc_query"] and nvcc[0]["blocker_frame"].startswith("flashinfer/jit/cpp_ext.py")
+    applied_after_nvcc = rows[rows.index(nvcc[0]) + 1]
+    assert (applied_after_nvcc["stage"], applied_after_nvcc["origin"], applied_after_nvcc["story"]) == ("patch_cuda_version", "story", "msg 992")
+    if not fp.real_fp4_gpu():
+        assert rows[0]["signature"] == "device_check" and rows[0]["target"]["simulated"] is False
+        assert all(r["target"]["simulated"] for r in rows[1:])
+    if fp.flashinfer_version() == "0.7.4":
+        assert signatures == ["device_check", "subprocess", "non_tensor_torch_op", "unsupported_other", "file_io"]
+        assert rows[3]["blocker_frame"] == "flashinfer/jit/core.py:239:register"
+
+
+def test_the_storys_decoration_is_rejected_under_fullgraph(story_model):
+    model, x = story_model
+    with fp.simulated_target(), fp.patch_cuda_version(), fp.compiler_disabled_fp4_quantize():
+        outcome = trace.attempt(model, x)
+    assert outcome.signature == "compiler_disable_under_fullgraph"
+
+
+@pytest.mark.parametrize("backend", ["eager", "inductor"])
+def test_the_custom_op_fix_compiles_and_runs(story_model, backend):
+    model, x = story_model
+    with torch.no_grad():
+        eager = segment.Stack(SHAPE, 1, fp.reference_fp4_quantize)(x)
+        with fp.simulated_target(), fp.custom_op_fp4_quantize():
+            outcome = trace.attempt(model, x, backend=backend)
+    assert (outcome.signature, outcome.graph_count, outcome.graph_break_count) == ("ok", 1, 0)
+    if backend == "eager":
+        assert torch.equal(outcome.output, eager)
+    else:
+        assert outcome.output.shape == eager.shape and torch.isfinite(outcome.output.float()).all()
+
+
+def test_custom_op_passes_opcheck_and_matches_the_reference_layout():
+    x = torch.randn(130, 64).to(torch.bfloat16)
+    gs = torch.tensor([50.0])
+    result = torch.library.opcheck(fp.custom_op(), (x, gs))
+    assert set(result.values()) == {"SUCCESS"}
+    codes, scales = torch.ops.fp4lab.fp4_quantize(x, gs)
+    assert codes.shape == (130, 32) and codes.dtype == torch.uint8
+    assert scales.shape == (256, 4) and scales.dtype == torch.uint8  # rows padded to 128, columns to 4
+
+
+def test_upstream_op_gets_a_cpu_kernel_only_inside_the_block(story_model):
+    op = fp.upstream_op()
+    if op is None:
+        pytest.skip(f"flashinfer-python {fp.flashinfer_version()} has no torch.ops.flashinfer.fp4_quantize")
+    model, x = story_model
+    with fp.simulated_target(), fp.upstream_op_cpu_kernel() as upstream:
+        outcome = trace.attempt(segment.Stack(SHAPE, 1, lambda h, gs: upstream(h, gs)), x)
+    assert (outcome.signature, outcome.graph_count) == ("ok", 1)
+    with pytest.raises(NotImplementedError, match="CPU kernel only inside"):
+        op(torch.randn(4, 32).to(torch.bfloat16), torch.tensor([1.0]))

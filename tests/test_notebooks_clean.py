@@ -1,0 +1,46 @@
+"""Committed notebooks are clean (no outputs), have exactly one parameters cell of literals, and declare needs."""
+
+from __future__ import annotations
+
+import ast
+
+import nbformat
+import pytest
+
+from fp4lab import catalog, probe
+
+NOTEBOOKS = catalog.notebooks()
+
+
+def test_there_are_notebooks():
+    assert len(NOTEBOOKS) >= 6
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
+def test_committed_without_outputs(nb):
+    notebook = nbformat.read(nb.path, as_version=4)
+    nbformat.validate(notebook)
+    for cell in notebook.cells:
+        if cell.cell_type == "code":
+            assert cell.outputs == [] and cell.execution_count is None, f"{nb.name}: a cell carries outputs"
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
+def test_one_parameters_cell_of_plain_literals_then_validation(nb):
+    cells = nbformat.read(nb.path, as_version=4).cells
+    tagged = [i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])]
+    assert len(tagged) == 1, f"{nb.name}: {len(tagged)} parameters cells"
+    tree = ast.parse(cells[tagged[0]].source)
+    for statement in tree.body:
+        assert isinstance(statement, ast.Assign), f"{nb.name}: parameters cell holds only assignments"
+        ast.literal_eval(statement.value)  # raises for anything but a plain literal
+    following = cells[tagged[0] + 1]
+    assert following.cell_type == "code" and ("params." in following.source or "select(" in following.source or ".glm5(" in following.source)
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
+def test_declares_needs_duration_and_kernel(nb):
+    notebook = nbformat.read(nb.path, as_version=4)
+    meta = notebook.metadata["fp4lab"]
+    assert meta["needs"] in probe.NEEDS and int(meta["duration_s"]) > 0 and meta["title"]
+    assert notebook.metadata["kernelspec"]["name"] == catalog.KERNEL

@@ -1,0 +1,67 @@
+"""records: one JSON line per result, provenance present, appends atomic, latest-run loading."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+
+import pytest
+
+from fp4lab import probe, records
+
+
+def test_append_writes_one_line_with_provenance(isolated_outputs):
+    written = records.append("nb", "kind", {"x": 1.5, "t": (1, 2)}, {"p": "q"})
+    lines = (isolated_outputs / "data" / "nb.jsonl").read_text().splitlines()
+    assert len(lines) == 1
+    record = json.loads(lines[0])
+    assert record == json.loads(json.dumps(written))
+    assert record["values"] == {"x": 1.5, "t": [1, 2]} and record["params"] == {"p": "q"}
+    prov = record["provenance"]
+    for key in ("packages", "device", "sm", "target_sm", "simulated", "git", "time_utc", "run_id", "python"):
+        assert key in prov, key
+    assert prov["packages"]["torch"] and prov["packages"]["flashinfer-python"]
+    assert prov["git"]["commit"] is None or len(prov["git"]["commit"]) == 40
+    assert prov["simulated"] is False
+
+
+def test_simulation_is_recorded(isolated_outputs):
+    with probe.simulating((12, 0)):
+        record = records.append("nb", "kind", {})
+    assert record["provenance"]["simulated"] is True and record["provenance"]["target_sm"] == "12.0"
+    assert records.append("nb", "kind", {})["provenance"]["simulated"] is False
+
+
+def test_unserialisable_values_fail_before_writing(isolated_outputs):
+    records.append("nb", "kind", {"ok": 1})
+    with pytest.raises(TypeError, match="cannot record a value of type object"):
+        records.append("nb", "kind", {"bad": object()})
+    assert len(records.read("nb")) == 1, "nothing already written is lost"
+
+
+def _hammer(args):
+    data_dir, worker = args
+    os.environ["FP4LAB_DATA_DIR"] = data_dir
+    for i in range(50):
+        records.append("shared", "kind", {"worker": worker, "i": i, "pad": "x" * 5000})
+
+
+def test_concurrent_appends_never_interleave(isolated_outputs):
+    with multiprocessing.get_context("fork").Pool(4) as pool:
+        pool.map(_hammer, [(str(isolated_outputs / "data"), w) for w in range(4)])
+    rows = records.read("shared")
+    assert len(rows) == 200
+    assert sorted((r["values"]["worker"], r["values"]["i"]) for r in rows) == [(w, i) for w in range(4) for i in range(50)]
+
+
+def test_load_keeps_the_latest_run(isolated_outputs, monkeypatch):
+    monkeypatch.setattr(records, "RUN_ID", "old")
+    records.append("nb", "kind", {"v": 1})
+    monkeypatch.setattr(records, "RUN_ID", "new")
+    records.append("nb", "kind", {"v": 2})
+    records.append("nb", "kind", {"v": 3})
+    frame = records.load("nb")
+    assert list(frame["values.v"]) == [2, 3]
+    assert len(records.load("nb", latest_run=False)) == 3
+    assert records.load("missing").empty
