@@ -106,6 +106,12 @@ def read(notebook: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def latest(notebook: str) -> list[dict]:
+    """The records of the run that wrote last to one notebook's file, oldest first; [] when none."""
+    rows = read(notebook)
+    return [r for r in rows if r["run_id"] == rows[-1]["run_id"]] if rows else []
+
+
 def load(notebook: str | None = None, *, latest_run: bool = True) -> pd.DataFrame:
     """Records as a flat DataFrame (``values.*``, ``params.*``, ``provenance.*`` columns).
 
@@ -113,12 +119,5 @@ def load(notebook: str | None = None, *, latest_run: bool = True) -> pd.DataFram
     mixes an old run's numbers with a new one's.
     """
     names = [notebook] if notebook else sorted(p.stem for p in paths.data_dir().glob("*.jsonl"))
-    rows = [r for name in names for r in read(name)]
-    if not rows:
-        return pd.DataFrame()
-    frame = pd.json_normalize(rows, max_level=1)
-    if latest_run:
-        newest = frame.groupby("notebook")["provenance.time_utc"].transform("max")
-        last_ids = frame[frame["provenance.time_utc"] == newest].groupby("notebook")["run_id"].last()
-        frame = frame[frame["run_id"] == frame["notebook"].map(last_ids)]
-    return frame.reset_index(drop=True)
+    rows = [r for name in names for r in (latest(name) if latest_run else read(name))]
+    return pd.json_normalize(rows, max_level=1) if rows else pd.DataFrame()
