@@ -66,10 +66,6 @@ NVFP4_BLOCK = 16
 MXFP4_BLOCK = 32
 BLOCK_SIZES = (NVFP4_BLOCK, MXFP4_BLOCK)
 INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
-# Boundaries between neighbouring magnitudes; at a tie the even code wins, so the
-# boundary belongs to the lower code where that code is even (0, 1.0, 2.0, 4.0).
-_TIE_DOWN = (0.25, 1.25, 2.5, 5.0)
-_TIE_UP = (0.75, 1.75, 3.5)
 
 
 def check_block_size(block_size: int) -> None:
@@ -94,15 +90,16 @@ def reciprocal(v: torch.Tensor) -> torch.Tensor:
 
 
 def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
-    """Nearest E2M1 code (uint8, 0..15) of float32 values: ties to even, saturating, sign of zero kept."""
-    mag = v.abs()
-    code = (mag > _TIE_DOWN[0]).to(torch.uint8)
-    for t in _TIE_DOWN[1:]:
-        code += mag > t
-    for t in _TIE_UP:
-        code += mag >= t
-    code |= torch.signbit(v).to(torch.uint8) << 3
-    return torch.where(torch.isnan(v), torch.full_like(code, E2M1_CODE_FOR_NAN), code)
+    """Nearest E2M1 code (uint8, 0..15) of float32 values: ties to even, saturating, sign of zero kept.
+
+    Per binade the E2M1 grid is evenly spaced, so the code is an integer rounding (torch.round
+    rounds half to even, and the even integer is the even code): [0, 2) in steps of 0.5,
+    [2, 4) in steps of 1, [4, 6] in steps of 2. Every scaling here is exact.
+    """
+    m = v.abs().clamp(max=E2M1_MAX)
+    code = torch.where(m < 2.0, torch.round(m * 2.0), torch.where(m < 4.0, torch.round(m) + 2.0, torch.round(m * 0.5) + 4.0))
+    code = code + torch.signbit(v).float() * 8.0
+    return torch.where(torch.isnan(v), torch.full_like(code, E2M1_CODE_FOR_NAN), code).to(torch.uint8)
 
 
 def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
@@ -131,23 +128,22 @@ def e8m0_encode_round_up(v: torch.Tensor) -> torch.Tensor:
 
 
 def block_amax(blocks: torch.Tensor) -> torch.Tensor:
-    """The kernel's vecMax over the last dim: NaN-skipping max of even and of odd positions, then
-    ``(even > odd) ? even : odd`` (NaN only when every odd position is NaN)."""
+    """The kernel's vecMax over the last dim: the max of |x| skipping NaN, but NaN when every odd
+    position is NaN (the even and odd lanes are NaN-skipping maxima joined by ``(even > odd) ? even : odd``)."""
     mag = blocks.abs()
-
-    def nan_skipping_max(t: torch.Tensor) -> torch.Tensor:
-        m = torch.where(torch.isnan(t), torch.full_like(t, -1.0), t).amax(dim=-1)
-        return torch.where(m < 0, torch.full_like(m, float("nan")), m)
-
-    even, odd = nan_skipping_max(mag[..., 0::2]), nan_skipping_max(mag[..., 1::2])
-    return torch.where(even > odd, even, odd)
+    nan = torch.isnan(mag)
+    largest = torch.where(nan, torch.full_like(mag, -1.0), mag).amax(dim=-1)
+    odd = torch.arange(blocks.shape[-1], device=blocks.device) % 2 == 1
+    odd_lane_all_nan = (nan & odd).sum(dim=-1) == blocks.shape[-1] // 2
+    return torch.where(odd_lane_all_nan, torch.full_like(largest, float("nan")), largest)
 
 
 def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
     """[M, K] codes -> [M, K/2] bytes, the even index in the low nibble."""
     if codes.shape[-1] % 2:
         raise ValueError(f"the last dimension must be even to pack two codes a byte; got {codes.shape[-1]}")
-    return codes[..., 0::2] | (codes[..., 1::2] << 4)
+    pairs = codes.contiguous().view(torch.int16)  # little-endian: the even code is the low byte
+    return ((pairs & 0x0F) | ((pairs >> 4) & 0xF0)).to(torch.uint8)
 
 
 def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
@@ -239,6 +235,33 @@ def mxfp4_codes(xf: torch.Tensor, *, rcp: Reciprocals = Reciprocals()) -> tuple[
     return e2m1_encode(blocks * scale.unsqueeze(-1)).view(m, k), e
 
 
+def quantize_bytes(
+    x: torch.Tensor,
+    global_scale: torch.Tensor | float | None = None,
+    *,
+    block_size: int = NVFP4_BLOCK,
+    swizzle: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """quantize with the scales as raw uint8 bytes (what a compiled graph can return on every backend)."""
+    check_input(x, block_size)
+    xf = x.float()
+    if block_size == MXFP4_BLOCK:
+        if global_scale is not None:
+            raise ValueError("global_scale must be None for MXFP4 (block_size=32): MXFP4 has no global scale")
+        codes, sf_byte = mxfp4_codes(xf)
+        gs = None
+    else:
+        gs = global_scale_for(x) if global_scale is None else torch.as_tensor(global_scale, dtype=torch.float32).reshape(())
+        gs = gs.to(xf.device)
+        codes, sf_byte = nvfp4_codes(xf, gs)
+    return pack_e2m1(codes), swizzle_128x4(sf_byte) if swizzle else sf_byte, gs
+
+
+def scales_view(sf_bytes: torch.Tensor, block_size: int) -> torch.Tensor:
+    """Scale bytes viewed as their format: float8_e4m3fn (NVFP4) or float8_e8m0fnu (MXFP4)."""
+    return sf_bytes.view(torch.float8_e8m0fnu if block_size == MXFP4_BLOCK else torch.float8_e4m3fn)
+
+
 def quantize(
     x: torch.Tensor,
     global_scale: torch.Tensor | float | None = None,
@@ -252,21 +275,8 @@ def quantize(
     [M, K/16] for NVFP4 or float8_e8m0fnu [M, K/32] for MXFP4, 1-D in the 128x4 order when
     ``swizzle``; global_scale a float32 scalar tensor (NVFP4; 448*6/amax when None) or None (MXFP4).
     """
-    check_input(x, block_size)
-    xf = x.float()
-    if block_size == MXFP4_BLOCK:
-        if global_scale is not None:
-            raise ValueError("global_scale must be None for MXFP4 (block_size=32): MXFP4 has no global scale")
-        codes, sf_byte = mxfp4_codes(xf)
-        scales, gs = sf_byte.view(torch.float8_e8m0fnu), None
-    else:
-        gs = global_scale_for(x) if global_scale is None else torch.as_tensor(global_scale, dtype=torch.float32).reshape(())
-        gs = gs.to(xf.device)
-        codes, sf_byte = nvfp4_codes(xf, gs)
-        scales = sf_byte.view(torch.float8_e4m3fn)
-    if swizzle:
-        scales = swizzle_128x4(scales)
-    return pack_e2m1(codes), scales, gs
+    codes, sf_bytes, gs = quantize_bytes(x, global_scale, block_size=block_size, swizzle=swizzle)
+    return codes, scales_view(sf_bytes, block_size), gs
 
 
 def dequantize(
