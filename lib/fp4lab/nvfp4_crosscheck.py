@@ -203,12 +203,12 @@ def _directed(direction: int):
     return rcp
 
 
-def reciprocal_sensitivity(x: torch.Tensor, global_scale: torch.Tensor | float | None = None, *, block_size: int = 16) -> dict:
-    """How many codes and scales could change if the kernel's reciprocals are off by an ulp.
+def reciprocal_sensitive(x: torch.Tensor, global_scale: torch.Tensor | float | None = None, *, block_size: int = 16) -> tuple[torch.Tensor, torch.Tensor]:
+    """Masks of the codes [M, K] and scales [M, K/block] that an ulp of reciprocal error could move.
 
     Runs the reference with every combination of round-down / round-up at each reciprocal site
-    (2**3 for NVFP4, 2 for MXFP4) and counts the elements and blocks that differ from the
-    correctly rounded result in any combination: an upper bound for what rcp.approx can move.
+    (2**3 for NVFP4, 2 for MXFP4) and marks what differs from the correctly rounded result in
+    any combination: where the kernel's rcp.approx (error <= 1 ulp) may disagree.
     """
     nvfp4.check_input(x, block_size)
     xf = x.float()
@@ -226,11 +226,16 @@ def reciprocal_sensitivity(x: torch.Tensor, global_scale: torch.Tensor | float |
         c, s = run(rcp)
         code_moved |= c != codes
         scale_moved |= s != scales
+    return code_moved, scale_moved
+
+
+def reciprocal_sensitivity(x: torch.Tensor, global_scale: torch.Tensor | float | None = None, *, block_size: int = 16) -> dict:
+    """Counts of reciprocal_sensitive: how many codes and scales rcp.approx could move on this input."""
+    code_moved, scale_moved = reciprocal_sensitive(x, global_scale, block_size=block_size)
     return {
         "block_size": block_size,
-        "elements": codes.numel(),
-        "blocks": scales.numel(),
-        "combinations": len(combos),
+        "elements": code_moved.numel(),
+        "blocks": scale_moved.numel(),
         "codes_that_could_move": int(code_moved.sum()),
         "scales_that_could_move": int(scale_moved.sum()),
         "code_fraction": float(code_moved.float().mean()),
