@@ -127,6 +127,7 @@ class Finished:
     """How a child process group ended."""
 
     command: tuple[str, ...]
+    pid: int  # also the process group id: every process the command started was in it
     returncode: int | None
     timed_out: bool
     seconds: float
@@ -151,7 +152,7 @@ def run(cmd: Sequence[str], log_path: Path, timeout_s: float, *, env: dict[str, 
             returncode, timed_out = proc.wait(timeout=timeout_s), False
         except subprocess.TimeoutExpired:
             returncode, timed_out = None, True
-    return Finished(tuple(str(c) for c in cmd), returncode, timed_out, time.monotonic() - started, Path(log_path))
+    return Finished(tuple(str(c) for c in cmd), proc.pid, returncode, timed_out, time.monotonic() - started, Path(log_path))
 
 
 def tail(path: Path, lines: int = 30) -> str:
