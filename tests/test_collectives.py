@@ -111,7 +111,7 @@ def _faulty_run(tmp_path: Path, fault: str, timeout_s: float) -> tuple[distribut
 
 
 def test_a_hanging_rank_is_killed_and_named_and_finished_sizes_are_kept(tmp_path):
-    run, rows = _faulty_run(tmp_path, "hang", timeout_s=25)
+    run, rows = _faulty_run(tmp_path, "hang", timeout_s=20)
     assert run.finished.timed_out and not run.ok
     assert process.members(run.finished.pid) == [], "torchrun and its ranks must be gone"
     assert "killed after the timeout" in run.message
