@@ -98,8 +98,9 @@ def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
     """
     m = v.abs().clamp(max=E2M1_MAX)
     code = torch.where(m < 2.0, torch.round(m * 2.0), torch.where(m < 4.0, torch.round(m) + 2.0, torch.round(m * 0.5) + 4.0))
-    code = code + torch.signbit(v).float() * 8.0
-    return torch.where(torch.isnan(v), torch.full_like(code, E2M1_CODE_FOR_NAN), code).to(torch.uint8)
+    negative = torch.copysign(torch.ones_like(m), v) < 0  # the sign bit, -0.0 included (vectorizes; signbit does not)
+    code = code + negative.float() * 8.0
+    return torch.where(v != v, torch.full_like(code, E2M1_CODE_FOR_NAN), code).to(torch.uint8)
 
 
 def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
@@ -131,10 +132,11 @@ def block_amax(blocks: torch.Tensor) -> torch.Tensor:
     """The kernel's vecMax over the last dim: the max of |x| skipping NaN, but NaN when every odd
     position is NaN (the even and odd lanes are NaN-skipping maxima joined by ``(even > odd) ? even : odd``)."""
     mag = blocks.abs()
-    nan = torch.isnan(mag)
+    nan = mag != mag
     largest = torch.where(nan, torch.full_like(mag, -1.0), mag).amax(dim=-1)
-    odd = torch.arange(blocks.shape[-1], device=blocks.device) % 2 == 1
-    odd_lane_all_nan = (nan & odd).sum(dim=-1) == blocks.shape[-1] // 2
+    half = blocks.shape[-1] // 2
+    odd = torch.tensor([0.0, 1.0] * half, device=blocks.device)
+    odd_lane_all_nan = torch.where(nan, odd, 0.0).sum(dim=-1) == half
     return torch.where(odd_lane_all_nan, torch.full_like(largest, float("nan")), largest)
 
 
@@ -195,7 +197,7 @@ def unswizzle_128x4(swizzled: torch.Tensor, m: int, s: int) -> torch.Tensor:
 def global_scale_for(x: torch.Tensor) -> torch.Tensor:
     """FlashInfer's NVFP4 global scale, 448*6/amax over the finite elements, float32 (1.0 when that amax is 0)."""
     mag = x.detach().float().abs()
-    amax = torch.where(torch.isfinite(mag), mag, torch.zeros_like(mag)).amax()
+    amax = torch.where(mag < float("inf"), mag, torch.zeros_like(mag)).amax()  # finite only; NaN < inf is False
     return torch.where(amax > 0, (E4M3_MAX * E2M1_MAX) / amax, torch.ones_like(amax)).to(torch.float32)
 
 
