@@ -2,10 +2,12 @@
 # `make test` runs the test suite. Both create the environment in build/venv when missing.
 #   make reproduce NOTEBOOKS=01,05        only these notebooks (names or numbers)
 #   make reproduce TORCH=torch==2.14.1    another torch build (a CUDA one on a GPU machine)
+#   make matrix VERSIONS=0.6.3,0.7.4      the FlashInfer version matrix (notebook 09), then the report
 
 PYTHON   ?= python3
 TORCH    ?= torch==2.13.0
 NOTEBOOKS ?=
+VERSIONS ?=
 BUILD    := build
 VENV     := $(BUILD)/venv
 PY       := $(VENV)/bin/python
@@ -26,10 +28,13 @@ export JUPYTER_RUNTIME_DIR   := $(abspath $(BUILD))/jupyter/runtime
 export PIP_CACHE_DIR         := $(abspath $(BUILD))/cache/pip
 export PYTHONUNBUFFERED      := 1
 
-.PHONY: reproduce test lab list venv clean
+.PHONY: reproduce test lab list matrix venv clean
 
 reproduce: $(STAMP)
 	$(PY) -m fp4lab.catalog reproduce --notebooks "$(NOTEBOOKS)"
+
+matrix: $(STAMP)
+	$(PY) -m fp4lab.catalog reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
 
 test: $(STAMP)
 	$(PY) -m pytest

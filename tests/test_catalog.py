@@ -60,3 +60,15 @@ def test_reproduce_runs_the_rest_after_a_failure_and_reports_it(isolated_outputs
 def test_cli_rejects_unknown_notebooks_before_running(capsys):
     assert catalog.main(["reproduce", "--notebooks", "nope"]) == 2
     assert "allowed values" in capsys.readouterr().err
+
+
+def test_parameters_are_parsed_and_checked_before_running():
+    assert catalog.parse_parameters(["versions=0.6.3,0.7.4", "layers=4", "backends=[\"eager\"]"]) == {
+        "versions": "0.6.3,0.7.4",
+        "layers": 4,
+        "backends": ["eager"],
+    }
+    with pytest.raises(ValueError, match="must look like NAME=VALUE"):
+        catalog.parse_parameters(["versions"])
+    with pytest.raises(ValueError, match=r"--param nope: no selected notebook has such a parameter; allowed values: .*versions"):
+        catalog.reproduce("09", parameters={"nope": 1})

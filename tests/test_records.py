@@ -33,6 +33,13 @@ def test_simulation_is_recorded(isolated_outputs):
     assert records.append("nb", "kind", {})["provenance"]["simulated"] is False
 
 
+def test_numbers_made_elsewhere_carry_their_own_target_and_packages(isolated_outputs):
+    record = records.append("nb", "kind", {}, target={"sm": "12.0", "simulated": True}, packages={"flashinfer-python": "0.6.3"})
+    prov = record["provenance"]
+    assert (prov["target_sm"], prov["simulated"], prov["packages"]["flashinfer-python"]) == ("12.0", True, "0.6.3")
+    assert prov["packages"]["torch"], "packages not overridden are this process's"
+
+
 def test_unserialisable_values_fail_before_writing(isolated_outputs):
     records.append("nb", "kind", {"ok": 1})
     with pytest.raises(TypeError, match="cannot record a value of type object"):

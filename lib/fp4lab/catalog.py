@@ -7,13 +7,14 @@ writes the executed copy and an HTML export with code hidden to build/, records 
 notebook's status (ran, failed, skipped and why) in data/reproduce.jsonl, and exits
 non-zero at the end if any runnable notebook failed.
 
-    python -m fp4lab.catalog reproduce [--notebooks 01,05] [--no-html]
+    python -m fp4lab.catalog reproduce [--notebooks 01,05] [--param NAME=VALUE ...] [--no-html]
     python -m fp4lab.catalog list
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
 import time
 from dataclasses import dataclass
@@ -71,6 +72,27 @@ def plan(chosen: list[Notebook], machine: probe.Machine | None = None) -> list[t
     return [(nb, machine.missing(nb.needs)) for nb in chosen]
 
 
+def declared_parameters(nb: Notebook) -> set[str]:
+    """The names assigned in a notebook's ``parameters`` cell."""
+    import papermill
+
+    return set(papermill.inspect_notebook(str(nb.path)))
+
+
+def parse_parameters(items: list[str]) -> dict:
+    """``NAME=VALUE`` pairs; VALUE is read as JSON where it parses (numbers, lists, true), else kept as text."""
+    parsed = {}
+    for item in items:
+        name, sep, raw = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ValueError(f"--param {item!r} must look like NAME=VALUE, e.g. versions=0.6.3,0.7.4")
+        try:
+            parsed[name] = json.loads(raw)
+        except json.JSONDecodeError:
+            parsed[name] = raw
+    return parsed
+
+
 def execute(nb: Notebook, out_dir: Path, parameters: dict | None = None) -> Path:
     """Run one notebook through papermill into ``out_dir``; raises on a failing cell."""
     import papermill
@@ -95,9 +117,19 @@ def export_html(executed: Path, out_dir: Path) -> Path:
     return html
 
 
-def reproduce(spec: str = "", html: bool = True, folder: Path = paths.NOTEBOOKS_DIR) -> int:
-    """Run every selected notebook the machine can run; 0 when none of them failed."""
+def reproduce(spec: str = "", html: bool = True, folder: Path = paths.NOTEBOOKS_DIR, parameters: dict | None = None) -> int:
+    """Run every selected notebook the machine can run; 0 when none of them failed.
+
+    ``parameters`` go to each selected notebook that declares them; one that no selected
+    notebook declares is an error, raised before anything runs.
+    """
     chosen = select(spec, notebooks(folder))
+    parameters = parameters or {}
+    declared = {nb.name: declared_parameters(nb) for nb in chosen} if parameters else {}
+    unknown = set(parameters) - set().union(*declared.values()) if parameters else set()
+    if unknown:
+        allowed = sorted(set().union(*declared.values()))
+        raise ValueError(f"--param {', '.join(sorted(unknown))}: no selected notebook has such a parameter; allowed values: {', '.join(allowed)}")
     steps = plan(chosen)
     executed_dir, html_dir = paths.build_dir() / "executed", paths.build_dir() / "html"
     failed = []
@@ -111,7 +143,7 @@ def reproduce(spec: str = "", html: bool = True, folder: Path = paths.NOTEBOOKS_
         started = time.perf_counter()
         status, reason = "ran", ""
         try:
-            executed = execute(nb, executed_dir)
+            executed = execute(nb, executed_dir, {k: v for k, v in parameters.items() if k in declared.get(nb.name, ())})
             if html:
                 export_html(executed, html_dir)
         except Exception as exc:  # one failing notebook must not stop the others
@@ -132,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     run = sub.add_parser("reproduce", help="run every notebook this machine can run")
     run.add_argument("--notebooks", default="", help="comma list of notebook names or numbers (default: all)")
+    run.add_argument("--param", action="append", default=[], metavar="NAME=VALUE", help="a notebook parameter (repeatable)")
     run.add_argument("--no-html", action="store_true", help="skip the HTML export")
     sub.add_parser("list", help="list the notebooks, their needs and whether they run here")
     args = parser.parse_args(argv)
@@ -140,7 +173,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{nb.name:34} needs {nb.needs:9} ~{nb.duration_s:>4} s  {'skip: ' + skip if skip else 'runs here'}")
         return 0
     try:
-        return reproduce(args.notebooks, html=not args.no_html)
+        return reproduce(args.notebooks, html=not args.no_html, parameters=parse_parameters(args.param))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import contextlib
 import sys
+import types
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
+from unittest import mock
 
-import flashinfer
 import torch
 
 from fp4lab import nvfp4, probe, trace
@@ -34,6 +35,35 @@ STORY_SM = (12, 0)
 """RTX PRO 6000 Blackwell, the story's GPU."""
 
 _MISSING = object()
+
+
+def _import_flashinfer() -> tuple[types.ModuleType, str | None]:
+    """Import FlashInfer; where it queries GPU 0 at import time and torch has none (a CPU-only
+    artefact of some versions, e.g. 0.6.11), retry with simulated device properties.
+
+    Returns the module and a note of that staging (None when the plain import worked).
+    """
+    try:
+        import flashinfer
+
+        return flashinfer, None
+    except (AssertionError, RuntimeError) as exc:
+        if torch.cuda.is_available():
+            raise
+        note = f"import needed simulated device properties: {type(exc).__name__}: {exc}"
+    for name in [n for n in sys.modules if n == "flashinfer" or n.startswith("flashinfer.")]:
+        del sys.modules[name]
+    props = types.SimpleNamespace(
+        name=f"simulated SM{STORY_SM[0]}{STORY_SM[1]}", major=STORY_SM[0], minor=STORY_SM[1], multi_processor_count=188, total_memory=96 * 2**30
+    )
+    with mock.patch.object(torch.cuda, "get_device_properties", lambda device=None: props), mock.patch.object(
+        torch.cuda, "get_device_capability", lambda device=None: STORY_SM
+    ):
+        import flashinfer
+    return flashinfer, note
+
+
+flashinfer, IMPORT_STAGING = _import_flashinfer()
 _FLASHINFER_FP4_QUANTIZE = flashinfer.fp4_quantize
 _state = {"upstream_cpu_kernel": False}
 

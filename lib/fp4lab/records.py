@@ -44,20 +44,25 @@ def git_state() -> dict:
     return {"commit": git("rev-parse", "HEAD"), "dirty": bool(status) if status is not None else None}
 
 
-def provenance(simulated: bool | None = None) -> dict:
-    """Everything a number depends on besides its parameters."""
+def provenance(target: dict | None = None, packages: dict | None = None) -> dict:
+    """Everything a number depends on besides its parameters.
+
+    ``target`` ({"sm", "simulated"}) and ``packages`` override what this process sees, for
+    numbers made elsewhere (a child process in another environment) or earlier (inside a
+    simulation that has ended).
+    """
     m = probe.machine()
-    target = probe.target()
+    target = target or probe.target()
     return {
         "fp4lab": __version__,
         "python": m.python,
-        "packages": m.packages,
+        "packages": {**m.packages, **(packages or {})},
         "torch_cuda": m.torch_cuda,
         "device": m.device_name,
         "gpu_count": m.gpu_count,
         "sm": f"{m.sm[0]}.{m.sm[1]}" if m.sm else None,
         "target_sm": target["sm"],
-        "simulated": target["simulated"] if simulated is None else simulated,
+        "simulated": target["simulated"],
         "git": git_state(),
         "time_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "run_id": RUN_ID,
@@ -74,7 +79,9 @@ def _jsonable(value: object) -> object:
     raise TypeError(f"cannot record a value of type {type(value).__name__}")
 
 
-def append(notebook: str, kind: str, values: dict, params: dict | None = None, *, simulated: bool | None = None) -> dict:
+def append(
+    notebook: str, kind: str, values: dict, params: dict | None = None, *, target: dict | None = None, packages: dict | None = None
+) -> dict:
     """Append one result to ``data/<notebook>.jsonl`` atomically; returns the record written."""
     record = {
         "notebook": notebook,
@@ -82,7 +89,7 @@ def append(notebook: str, kind: str, values: dict, params: dict | None = None, *
         "run_id": RUN_ID,
         "values": values,
         "params": params or {},
-        "provenance": provenance(simulated),
+        "provenance": provenance(target, packages),
     }
     line = (json.dumps(record, default=_jsonable, sort_keys=True) + "\n").encode()
     path = paths.data_dir() / f"{notebook}.jsonl"

@@ -191,9 +191,13 @@ def _pcg_row(status: dict[str, dict]) -> dict:
             if u.get("present")
             else f"flashinfer {fi} ships no torch.ops.flashinfer.fp4_quantize"
         )
-    matrix = _of_kind(records.latest("09_version_matrix"), "version")
+    matrix = _of_kind(records.latest("09_version_matrix"), "summary")
     if matrix:
-        evidence.append("version matrix: " + "; ".join(f"{m['values']['version']}: {m['values']['verdict']}" for m in matrix))
+        m = matrix[-1]["values"]
+        evidence.append(
+            f"version matrix ({', '.join(m['versions_measured'])}): the story's decision holds up to "
+            f"{m['story_decision_holds_up_to'] or 'none of them'}; the upstream op removes the blocker from {m['upstream_op_unblocks_from'] or 'none of them'}"
+        )
     variants = {r["values"]["variant"]: r for r in _of_kind(records.latest("04_fullgraph_false_tradeoff"), "variant")}
     if len(variants) == 3:
         eager, breaks, fixed = (variants[k]["values"] for k in ("eager", "compiled_with_breaks", "compiled_fullgraph_custom_op"))
@@ -277,5 +281,214 @@ def plot_tradeoff(rows: list[dict]) -> object:
     ax.set_ylabel("ms per step (median)")
     ax.set_title(f"{first['layers']} FP4 layers, {first['kernel']} quantize kernel", fontsize=10)
     ax.margins(y=0.2)
+    fig.tight_layout()
+    return fig
+
+
+def _chain_text(chain: list[dict]) -> str:
+    """``a [cpu_artefact] → b [story] → c``: each blocker with the origin of the stage that removed it."""
+    removed_by = [f" [{after['origin']}]" for after in chain[1:]] + [""]
+    return " → ".join(here["signature"] + tag for here, tag in zip(chain, removed_by))
+
+
+def version_table(rows: list[dict]) -> pd.DataFrame:
+    """The version matrix: each FlashInfer version's blockers in order, upstream op, and verdict."""
+
+    def op(found: dict) -> str:
+        if not found.get("present", True):
+            return "absent"
+        return f"{found.get('signature')}, {found.get('graph_count')} graph" if found else "not measured"
+
+    return pd.DataFrame(
+        [
+            {
+                "version": r["version"],
+                "environment": f"{r['env']} ({r['install_seconds']:.0f} s)" + (f": {r['error']}" if r["error"] else ""),
+                "flashinfer wheel MB": round(r["wheel_bytes"] / 2**20, 1) if r["wheel_bytes"] else None,
+                "env GB": round(r["env_bytes"] / 2**30, 2) if r["env_bytes"] else None,
+                "blockers in order [origin of the patch that removed it]": _chain_text(r["chain"]),
+                "story patches needed": ", ".join(r["story_patches_needed"]) or "-",
+                "import on CPU torch": "needed simulated device properties" if r.get("import_staging") else "plain",
+                "torch.ops.flashinfer.fp4_quantize": op(r["upstream_op"]) if r["env"] != "failed" else "",
+                "fp4lab custom op": op(r["fp4lab_op"]) if r["env"] != "failed" else "",
+                "verdict": r["verdict"],
+                "story's decision holds": r["story_decision_holds"],
+            }
+            for r in rows
+        ]
+    ).set_index("version")
+
+
+def plot_version_matrix(rows: list[dict]) -> object:
+    """Versions down, blocker-chain steps across, each cell named by the blocker met; the op column last."""
+    import matplotlib.pyplot as plt
+
+    signatures = ["device_check", "subprocess", "non_tensor_torch_op", "unsupported_other", "file_io", "ok", "runtime_error"]
+    colours = dict(zip(signatures, ["#bbbbbb", "#d62728", "#9467bd", "#8c564b", "#ff7f0e", "#2ca02c", "#e377c2"]))
+    steps = max((len(r["chain"]) for r in rows), default=1)
+    fig, ax = plt.subplots(figsize=(1.9 * (steps + 1) + 1.5, 0.55 * len(rows) + 1.2))
+    for y, r in enumerate(rows):
+        for x, c in enumerate(r["chain"]):
+            ax.add_patch(plt.Rectangle((x, y), 0.95, 0.9, color=colours.get(c["signature"], "#cccccc")))
+            ax.text(x + 0.47, y + 0.45, c["signature"].replace("_", " "), ha="center", va="center", fontsize=7)
+        present = r["upstream_op"].get("present") and r["upstream_op"].get("signature") == "ok"
+        ax.add_patch(plt.Rectangle((steps, y), 0.95, 0.9, color="#2ca02c" if present else "#eeeeee"))
+        ax.text(steps + 0.47, y + 0.45, "upstream op: 1 graph" if present else ("absent" if r["env"] != "failed" else "not measured"), ha="center", va="center", fontsize=7)
+    ax.set_xlim(0, steps + 1)
+    ax.set_ylim(len(rows), 0)
+    ax.set_yticks([y + 0.45 for y in range(len(rows))], [r["version"] for r in rows])
+    ax.set_xticks([x + 0.47 for x in range(steps + 1)], [f"step {x}" for x in range(steps)] + ["fix shipped?"])
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title("public flashinfer.fp4_quantize under fullgraph=True: blocker met at each step", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+# -- collectives and overlap (notebooks 07, 08) -------------------------------------------
+
+
+def plot_allreduce(rows: list[dict], crossover: dict | None = None) -> object:
+    """Allreduce latency (median, p10-p90 band) and bus bandwidth against message size, per backend and mode.
+
+    A dashed line marks ``crossover["crossover_bytes"]`` when given: where the candidate stops being faster.
+    """
+    import matplotlib.pyplot as plt
+
+    fig, (lat, bw) = plt.subplots(1, 2, figsize=(10, 3.8))
+    measured = [r for r in rows if r["status"] == "ok"]
+    for key in sorted({(r["backend"], r["mode"]) for r in measured}):
+        series = sorted((r for r in measured if (r["backend"], r["mode"]) == key), key=lambda r: r["bytes"])
+        x = [r["bytes"] for r in series]
+        label = f"{key[0]} {key[1]} ({series[0]['world_size']} ranks)"
+        line = lat.plot(x, [r["median_us"] for r in series], marker="o", ms=3, label=label)[0]
+        lat.fill_between(x, [r["p10_us"] for r in series], [r["p90_us"] for r in series], color=line.get_color(), alpha=0.15)
+        bw.plot(x, [r["busbw_GBps"] for r in series], marker="o", ms=3, color=line.get_color(), label=label)
+    for ax, ylabel in ((lat, "latency, µs (median; band p10-p90)"), (bw, "bus bandwidth, GB/s")):
+        ax.set_xscale("log", base=2)
+        ax.set_yscale("log")
+        ax.set_xlabel("message size, bytes")
+        ax.set_ylabel(ylabel)
+        ax.grid(True, which="both", alpha=0.3)
+        if crossover and crossover.get("crossover_bytes"):
+            ax.axvline(crossover["crossover_bytes"], color="k", ls="--", lw=1)
+    if crossover and crossover.get("crossover_bytes"):
+        lat.annotate(f"crossover ({crossover['mode']}): {crossover['summary']}", (crossover["crossover_bytes"], lat.get_ylim()[1]),
+                     fontsize=7, ha="right", va="top", rotation=90, xytext=(-3, -3), textcoords="offset points")  # fmt: skip
+    lat.legend(fontsize=7)
+    lat.set_title("allreduce latency", fontsize=10)
+    bw.set_title("busbw = algbw · 2(n−1)/n (nccl-tests)", fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_overlap(rows: list[dict]) -> object:
+    """Per chunk count: compute alone, combine alone, the overlapped pipeline and the unchunked sequential baseline."""
+    import matplotlib.pyplot as plt
+
+    parts = (("t_compute_ms", "GEMM chunks alone", "0.7"), ("t_comm_ms", "combines alone", "0.45"),
+             ("t_overlapped_ms", "overlapped", "tab:green"), ("t_sequential_ms", "sequential (no chunks)", "tab:red"))  # fmt: skip
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    width = 0.8 / len(parts)
+    ordered = sorted(rows, key=lambda r: r["chunks"])
+    for i, (key, label, color) in enumerate(parts):
+        xs = [k + (i - 1.5) * width for k in range(len(ordered))]
+        ax.bar(xs, [r[key] for r in ordered], width, label=label, color=color)
+    for k, r in enumerate(ordered):
+        top = max(r[key] for key, _, _ in parts)
+        ax.annotate(f"eff {r['efficiency']:.2f}", (k, top), ha="center", va="bottom", fontsize=8, xytext=(0, 3), textcoords="offset points")
+    ax.set_xticks(range(len(ordered)), [f"{r['chunks']} chunk{'s' if r['chunks'] > 1 else ''}" for r in ordered])
+    ax.set_ylabel("ms per batch (median of slowest rank)")
+    first = ordered[0]
+    ax.set_title(f"MoE down GEMM + {first['collective']} combine, hidden {first['hidden']}, {first['world_size']} ranks ({first['backend']})", fontsize=10)
+    ax.legend(fontsize=7, ncol=2)
+    ax.margins(y=0.2)
+    fig.tight_layout()
+    return fig
+
+
+def serving_table(rows: list[dict]) -> pd.DataFrame:
+    """bench_serving results per server configuration, with throughput relative to the baseline."""
+    table = pd.DataFrame(rows)
+    if table.empty:
+        return table
+    columns = [c for c in ("label", "output_throughput", "median_ttft_ms", "median_itl_ms", "median_tpot_ms", "completed") if c in table]
+    table = table[columns].set_index("label")
+    if "baseline" in table.index:
+        table["throughput_vs_baseline"] = table["output_throughput"] / table.loc["baseline", "output_throughput"]
+    return table
+
+
+def plot_fp4_errors(rows: list[dict]) -> object:
+    """SNR (dB), MSE and largest absolute error per distribution, one bar per format (from fp4_error rows)."""
+    import matplotlib.pyplot as plt
+
+    frame = pd.DataFrame(rows)
+    distributions = list(dict.fromkeys(frame["distribution"]))
+    formats = list(dict.fromkeys(frame["format"]))
+    panels = (("snr_db", "SNR (dB, higher is better)", False), ("mse", "MSE", True), ("max_abs_error", "largest |error|", True))
+    fig, axes = plt.subplots(1, len(panels), figsize=(11, 3.4))
+    width = 0.8 / len(formats)
+    for ax, (key, label, log) in zip(axes, panels):
+        for i, fmt in enumerate(formats):
+            values = [frame[(frame["distribution"] == d) & (frame["format"] == fmt)][key].mean() for d in distributions]
+            ax.bar([j + (i - (len(formats) - 1) / 2) * width for j in range(len(distributions))], values, width, label=fmt)
+        ax.set_xticks(range(len(distributions)), distributions, fontsize=8)
+        ax.set_title(label, fontsize=9)
+        if log:
+            ax.set_yscale("log")
+    axes[0].legend(fontsize=7)
+    shapes = sorted({(r["M"], r["K"]) for r in rows})
+    fig.suptitle("Round-trip error of bfloat16 activations, " + ", ".join(f"{m}x{k}" for m, k in shapes), fontsize=10)
+    fig.tight_layout()
+    return fig
+
+
+def plot_swizzle_128x4(rows: int = 256, scale_cols: int = 8) -> object:
+    """The 128x4 swizzled scale layout: each scale (m, k) of a [rows, scale_cols] grid labelled with its byte offset."""
+    import matplotlib.pyplot as plt
+    import numpy as np
+
+    from fp4lab import nvfp4
+
+    m, k = np.meshgrid(np.arange(rows), np.arange(scale_cols), indexing="ij")
+    offset = nvfp4.swizzled_offset(m, k, scale_cols)
+    fig, ax = plt.subplots(figsize=(4 + scale_cols * 0.4, 7))
+    ax.imshow(offset // 512, aspect="auto", cmap="tab20", interpolation="nearest")
+    for r in range(0, rows, 8):
+        for c in range(scale_cols):
+            ax.text(c, r, str(int(offset[r, c])), ha="center", va="center", fontsize=5)
+    for r in range(32, rows, 32):
+        ax.axhline(r - 0.5, color="white", lw=0.6)
+    for r in range(128, rows, 128):
+        ax.axhline(r - 0.5, color="black", lw=1.5)
+    for c in range(4, scale_cols, 4):
+        ax.axvline(c - 0.5, color="black", lw=1.5)
+    ax.set_xlabel("scale column k (one per 16 or 32 elements of K)")
+    ax.set_ylabel("row m")
+    ax.set_title("128x4 swizzle: colour = 512-byte tile, label = byte offset (every 8th row)\n"
+                 "offset = tile*512 + (m%32)*16 + ((m%128)//32)*4 + k%4", fontsize=8)
+    fig.tight_layout()
+    return fig
+
+
+def plot_quantize_throughput(rows: list[dict]) -> object:
+    """Quantize GB/s per kernel and shape against the copy line measured in the same run (nvfp4_bench rows)."""
+    import matplotlib.pyplot as plt
+
+    frame = pd.DataFrame(rows)
+    frame["shape"] = frame["M"].astype(str) + "x" + frame["K"].astype(str) + " bs" + frame["block_size"].astype(str)
+    shapes = list(dict.fromkeys(frame["shape"]))
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
+    for kernel, group in frame.groupby("kernel", sort=False):
+        ax.plot([shapes.index(s) for s in group["shape"]], group["gbps"], marker="o", label=kernel)
+    copy = frame.drop_duplicates("shape")
+    ax.plot([shapes.index(s) for s in copy["shape"]], copy["copy_gbps"], "k--", label="copy (same bytes)")
+    ax.set_xticks(range(len(shapes)), shapes, fontsize=8)
+    ax.set_yscale("log")
+    ax.set_ylabel("GB/s of input")
+    ax.set_title(f"FP4 quantize vs memory copy on {frame['device'].iloc[0]} ({frame['dtype'].iloc[0]} input)", fontsize=10)
+    ax.legend(fontsize=7)
     fig.tight_layout()
     return fig

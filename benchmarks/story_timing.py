@@ -1,0 +1,107 @@
+"""How long the story takes to replay here, against its three 4-minute server restarts.
+
+Prints, and records in data/benchmark_story.jsonl:
+  * the seconds to reproduce each of the story's three signatures in one warm process
+    (goal: all three within 20 s together), and the ratio to 3 x 240 s restarts;
+  * with --reproduce, the wall time of `make reproduce` in this checkout (goal: < 3 min warm);
+  * with --cold, the wall time of `make reproduce` in a fresh clone with no environment
+    (goal: < 10 min; downloads every package again);
+  * the size on disk of the environment (build/venv).
+
+    build/venv/bin/python benchmarks/story_timing.py [--reproduce] [--cold]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+RESTART_S = 240.0  # the story: each try cost a 4-minute server restart
+GOALS = {"three_signatures_s": 20.0, "reproduce_warm_s": 180.0, "reproduce_cold_s": 600.0}
+
+
+def signature_seconds() -> dict[str, float]:
+    """Seconds per story signature: building the segment and tracing it, in this process."""
+    started = time.perf_counter()
+    from fp4lab import flashinfer_path as fp
+    from fp4lab import segment, trace
+
+    import_s = time.perf_counter() - started
+    shape = segment.LayerShape(hidden=192, heads=2, ffn=384)
+    x = segment.tokens_input(shape, 64)
+    model = segment.Stack(shape, 1, fp.fp4_quantize)
+    timed = {"imports_s": import_s}
+
+    def timed_signature(name: str, run) -> None:
+        t = time.perf_counter()
+        observed = run()
+        timed[f"{name}_s"] = time.perf_counter() - t
+        if observed != name:
+            raise RuntimeError(f"upstream behaviour changed: expected {name}, observed {observed}")
+
+    def nvcc() -> str:
+        with fp.simulated_target():
+            return trace.attempt(model, x).signature
+
+    def file_io() -> str:
+        return fp.walk_blocker_chain(model, x)[-1]["signature"]
+
+    def disabled() -> str:
+        with fp.simulated_target(), fp.patch_cuda_version(), fp.compiler_disabled_fp4_quantize():
+            return trace.attempt(model, x).signature
+
+    timed_signature("subprocess", nvcc)
+    timed_signature("file_io", file_io)
+    timed_signature("compiler_disable_under_fullgraph", disabled)
+    return timed
+
+
+def make_reproduce(checkout: Path) -> float:
+    started = time.perf_counter()
+    subprocess.run(["make", "reproduce"], cwd=checkout, check=True, stdout=subprocess.DEVNULL)
+    return time.perf_counter() - started
+
+
+def du(path: Path) -> int:
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--reproduce", action="store_true", help="also time `make reproduce` in this checkout (warm)")
+    parser.add_argument("--cold", action="store_true", help="also time `make reproduce` in a fresh clone (cold)")
+    args = parser.parse_args()
+    from fp4lab import paths, records
+
+    values = signature_seconds()
+    three = values["subprocess_s"] + values["file_io_s"] + values["compiler_disable_under_fullgraph_s"]
+    values["three_signatures_s"] = three
+    values["speedup_vs_restarts"] = 3 * RESTART_S / three
+    if args.reproduce:
+        values["reproduce_warm_s"] = make_reproduce(paths.REPO_ROOT)
+    if args.cold:
+        with tempfile.TemporaryDirectory(prefix="fp4lab-cold-") as tmp:
+            clone = Path(tmp) / "fp4lab"
+            subprocess.run(["git", "clone", "-q", str(paths.REPO_ROOT), str(clone)], check=True)
+            env_free = {k: v for k, v in os.environ.items() if not k.startswith(("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_"))}
+            os.environ.clear()
+            os.environ.update(env_free)
+            values["reproduce_cold_s"] = make_reproduce(clone)
+            values["venv_cold_bytes"] = du(clone / "build" / "venv")
+    values["venv_bytes"] = du(paths.build_dir() / "venv")
+    records.append("benchmark_story", "timing", values, {"reproduce": args.reproduce, "cold": args.cold})
+    print(f"{'measure':38} {'value':>10}  goal")
+    for key, value in values.items():
+        goal = GOALS.get(key)
+        shown = f"{value / 2**20:,.0f} MiB" if key.endswith("bytes") else (f"{value:.1f}x" if key.startswith("speedup") else f"{value:.2f} s")
+        verdict = "" if goal is None else (f"< {goal:.0f} s: {'met' if value < goal else 'MISSED'}")
+        print(f"{key:38} {shown:>10}  {verdict}")
+    print(f"the story's three restarts: {3 * RESTART_S:.0f} s; here: {three:.1f} s ({values['speedup_vs_restarts']:.0f}x faster)")
+
+
+if __name__ == "__main__":
+    main()
