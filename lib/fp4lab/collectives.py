@@ -420,5 +420,53 @@ def crossover(candidate: list[dict], baseline: list[dict], mode: str) -> dict:
     return {**result, "summary": f"faster up to {format_size(sizes[stop - 1])}, not from {format_size(sizes[stop])} on"}
 
 
+@dataclass(frozen=True)
+class Planned:
+    """One backend of a notebook's plan: how many ranks, and why it cannot run here (None when it can)."""
+
+    backend: str
+    ranks: int
+    skip: str | None
+
+
+def plan(backends: list[str], sizes: str, cpu_ranks: int, gpu_ranks: int, iters: int, warmup: int, dtype: str, machine: probe.Machine | None = None) -> list[Planned]:
+    """Validate a notebook's parameters and decide, per backend, its rank count or why it is skipped here."""
+    machine = machine or probe.machine()
+    params.choices("backends", backends, BACKENDS)
+    params.positive("cpu_ranks", cpu_ranks)
+    if isinstance(gpu_ranks, bool) or not isinstance(gpu_ranks, int) or gpu_ranks < 0 or gpu_ranks == 1:
+        raise ValueError(f"gpu_ranks={gpu_ranks!r} is not allowed; allowed values: 0 (every visible GPU) or an integer >= 2")
+    size_list = parse_sizes(sizes)
+    validate("gloo", size_list, cpu_ranks, iters, warmup, dtype, ("eager",))
+    planned = []
+    for backend in dict.fromkeys(backends):
+        ranks = cpu_ranks if backend == "gloo" else (gpu_ranks or machine.gpu_count)
+        planned.append(Planned(backend, ranks, unavailable(backend, ranks, machine)))
+    return planned
+
+
+def summarize(rows: list[dict], planned: list[Planned], crossovers: list[dict]) -> dict:
+    """The notebook's one-line verdict for the decision report: status, headline, what it needs."""
+    ran = sorted({r["backend"] for r in rows if r["status"] == "ok"})
+    skipped = [f"{p.backend} ({p.skip})" for p in planned if p.skip]
+    needs = "2+ GPUs for nccl; SGLang with the mscclpp package and a world size its communicator supports for MSCCLPP"
+    found = [c for c in crossovers if c.get("sizes_compared")]
+    if found:
+        c = found[0]
+        headline = f"MSCCLPP vs NCCL ({c['mode']}): {c['summary']}"
+        status = "measured"
+    else:
+        measured = [r for r in rows if r["status"] == "ok"]
+        if measured:
+            small, large = min(measured, key=lambda r: r["bytes"]), max(measured, key=lambda r: r["bytes"])
+            headline = (f"{', '.join(ran)} only: {small['median_us']:.0f} µs at {small['size']}, busbw {large['busbw_GBps']:.2f} GB/s at "
+                        f"{large['size']}; no MSCCLPP-vs-NCCL numbers on this machine")  # fmt: skip
+        else:
+            headline = "no size finished on any backend (see the backend records)"
+        reasons = dict.fromkeys(p.skip for p in planned if p.skip and p.backend in ("nccl", "mscclpp"))
+        status = "not measured here: " + ("; ".join(reasons) if reasons else "the backends did not include both mscclpp and nccl")
+    return {"status": status, "headline": headline, "needs": needs, "backends_run": ran, "backends_skipped": skipped}
+
+
 if __name__ == "__main__":
     sys.exit(main())

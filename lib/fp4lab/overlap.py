@@ -301,5 +301,26 @@ def run(
     return Result(distributed.read_rows(out), finished)
 
 
+def summarize(rows: list[dict], server_rows: list[dict], server_skip: str | None) -> dict:
+    """The notebook's one-line verdict for the decision report: status, headline, what it needs."""
+    needs = "cpu for the microbenchmark; SGLang on a multi-GPU Blackwell node (with expert parallelism) for serving numbers"
+    parts = []
+    if rows:
+        chunked = [r for r in rows if r["chunks"] > 1] or rows
+        best = max(chunked, key=lambda r: r["efficiency"])
+        parts.append(f"microbenchmark ({best['backend']}, {best['world_size']} ranks): best overlap efficiency {best['efficiency']:.2f} "
+                     f"at {best['chunks']} chunks, {best['speedup_vs_sequential']:.2f}x the unchunked sequential speed")  # fmt: skip
+        control = next((r for r in rows if r["chunks"] == 1), None)
+        if control:  # one chunk cannot overlap anything: its efficiency is the measurement's own noise
+            parts.append(f"the 1-chunk control, which cannot overlap, reads {control['efficiency']:.2f}")
+    ran = [r for r in server_rows if r.get("status") == "ran"]
+    if ran:
+        parts.append("serving: " + ", ".join(f"{r['label']} {r['output_throughput']:.0f} tok/s" for r in ran))
+        status = "measured"
+    else:
+        status = f"microbenchmark only; serving comparison not run: {server_skip or 'every configuration failed (see the server records)'}"
+    return {"status": status, "headline": "; ".join(parts) or "nothing finished", "needs": needs}
+
+
 if __name__ == "__main__":
     sys.exit(main())

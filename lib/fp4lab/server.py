@@ -33,7 +33,7 @@ from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from fp4lab import params, paths, process, records, trace
+from fp4lab import params, paths, probe, process, records, trace
 
 PCG_FLAG_GENERATIONS = ("current", "legacy")
 """current: PCG on by default (--disable-/--enforce-piecewise-cuda-graph); legacy: off by default (--enable-piecewise-cuda-graph)."""
@@ -466,6 +466,14 @@ def bench_one_batch(
 
 
 # ----------------------------------------------------------------------------- comparing switches
+
+
+def unavailable(machine: probe.Machine | None = None) -> str | None:
+    """Why this machine cannot run the story's server comparison (SGLang on several Blackwell GPUs), or None."""
+    machine = machine or probe.machine()
+    if not machine.packages.get("sglang"):
+        return "sglang is not installed (it pins its own torch and CUDA packages: a GPU-machine install)"
+    return machine.missing("multi-gpu") or machine.missing("fp4-gpu")
 
 
 @dataclass
