@@ -198,7 +198,8 @@ def global_scale_for(x: torch.Tensor) -> torch.Tensor:
     """FlashInfer's NVFP4 global scale, 448*6/amax over the finite elements, float32 (1.0 when that amax is 0)."""
     mag = x.detach().float().abs()
     amax = torch.where(mag < float("inf"), mag, torch.zeros_like(mag)).amax()  # finite only; NaN < inf is False
-    return torch.where(amax > 0, (E4M3_MAX * E2M1_MAX) / amax, torch.ones_like(amax)).to(torch.float32)
+    # A correctly rounded division: ``2688 / tensor`` in torch is reciprocal(tensor) * 2688, rounded twice.
+    return torch.where(amax > 0, torch.full_like(amax, E4M3_MAX * E2M1_MAX) / amax, torch.ones_like(amax)).to(torch.float32)
 
 
 def _f32(value: float, like: torch.Tensor) -> torch.Tensor:

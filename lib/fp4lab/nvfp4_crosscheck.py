@@ -88,7 +88,7 @@ def compare_torchao_nvfp4(x: torch.Tensor) -> Comparison:
     mag = xf.abs()
     amax = torch.where(torch.isfinite(mag), mag, torch.zeros_like(mag)).amax()
     amax = torch.where(amax > 0, amax, torch.ones_like(amax))
-    gs = (nvfp4.E4M3_MAX * nvfp4.E2M1_MAX) / amax
+    gs = torch.full_like(amax, nvfp4.E4M3_MAX * nvfp4.E2M1_MAX) / amax  # as nvfp4.global_scale_for
     pts = per_tensor_amax_to_scale(amax)
     ours, our_sf = nvfp4.nvfp4_codes(xf, gs)
     their_sf_e4m3, their_packed = nvfp4_quantize(x.contiguous(), 16, pts)
