@@ -65,10 +65,10 @@ def _chi2(m: int, k: int, g: torch.Generator) -> torch.Tensor:
 
 
 def fp8_per_tensor(x: torch.Tensor) -> torch.Tensor:
-    """Per-tensor FP8 E4M3 round trip: scale 448/amax, round to nearest even, back to float32."""
+    """Per-tensor FP8 E4M3 round trip: scale 448/amax (1 for an all-zero tensor), round to nearest even, back to float32."""
     xf = x.float()
-    amax = xf.abs().amax().clamp(min=torch.finfo(torch.float32).tiny)
-    scale = nvfp4.E4M3_MAX / amax
+    amax = xf.abs().amax()
+    scale = torch.where(amax > 0, nvfp4.E4M3_MAX / amax, torch.ones_like(amax))
     return (xf * scale).clamp(-nvfp4.E4M3_MAX, nvfp4.E4M3_MAX).to(torch.float8_e4m3fn).float() / scale
 
 
