@@ -45,6 +45,7 @@ def test_bus_bandwidth_follows_nccl_tests():
         (("gloo", [1024], 2, 0, 1, "float32", ("eager",)), "iters=0 must be an integer >= 1"),
         (("gloo", [1024], 2, 3, 1, "int8", ("eager",)), "dtype='int8' is not allowed"),
         (("gloo", [2], 2, 3, 1, "float32", ("eager",)), "less than one float32 element"),
+        (("nccl", [1024], 16, 3, 1, "bfloat16", ("eager",)), "dtype='bfloat16' cannot hold the exact sums of 16 ranks"),
         (("gloo", [1024], 2, 3, 1, "float32", ("graph",)), "modes='graph' is not allowed for backend 'gloo'; allowed values: eager"),
     ],
 )

@@ -7,7 +7,7 @@ Backends: ``gloo`` (CPU), ``nccl`` (eager, and replayed from a CUDA graph), ``ms
 (SGLang's ``PyMscclppCommunicator`` through its own parallel-state setup, eager and in
 a graph; only where sglang, mscclpp and several GPUs exist). Sizes are powers of two.
 Every rank fills its buffer with ``(rank + 1) * (1 + i % 3)`` so each size is checked
-for the exact sum. Times are per iteration, the slowest rank's, as median and
+for the exact sum (16-bit dtypes only for world sizes whose partial sums they hold exactly). Times are per iteration, the slowest rank's, as median and
 10th/90th percentiles; bandwidths follow nccl-tests: ``algbw = bytes / time`` and
 ``busbw = algbw * 2 (n - 1) / n`` for n ranks. Rank 0 appends one JSON line per size
 and mode as soon as it is measured, so a later failure keeps what was finished.
@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import importlib.util
 import re
 import sys
 import time
@@ -36,6 +37,8 @@ from fp4lab import distributed, params, probe, timing
 BACKENDS = ("gloo", "nccl", "mscclpp")
 MODES = ("eager", "graph")
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+_EXACT_INTEGERS = {"float32": 1 << 24, "bfloat16": 1 << 8, "float16": 1 << 11}
+"""Up to these, every integer is representable: the exact-sum check's partial sums must stay below."""
 GRAPH_OPS = 10
 """Allreduces captured back to back in one CUDA graph; a replay's time is divided by this."""
 
@@ -102,6 +105,8 @@ def validate(backend: str, sizes: list[int], world_size: int, iters: int, warmup
     for name, value, least in (("iters", iters, 1), ("warmup", warmup, 0)):
         if isinstance(value, bool) or not isinstance(value, int) or value < least:
             raise ValueError(f"{name}={value!r} must be an integer >= {least}")
+    if 3 * world_size * (world_size + 1) // 2 > _EXACT_INTEGERS[dtype]:
+        raise ValueError(f"dtype={dtype!r} cannot hold the exact sums of {world_size} ranks' check pattern; allowed values: float32")
     itemsize = DTYPES[dtype].itemsize
     too_small = [s for s in sizes if s < itemsize]
     if too_small:
@@ -137,8 +142,8 @@ def unavailable(backend: str, world_size: int, machine: probe.Machine | None = N
     if backend == "mscclpp":
         if not machine.packages.get("sglang"):
             return "sglang is not installed (MSCCLPP is measured through SGLang's communicator)"
-        if not probe.package_version("mscclpp"):
-            return "the mscclpp package is not installed"
+        if importlib.util.find_spec("mscclpp") is None:
+            return "the mscclpp Python package is not importable"
         supported = _sglang_mscclpp_world_sizes()
         if supported is None:
             return "sglang's PyMscclppCommunicator cannot be imported here"
