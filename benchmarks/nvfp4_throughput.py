@@ -72,11 +72,11 @@ def main(argv: list[str] | None = None) -> int:
     rows, skipped = nvfp4_bench.throughput(
         shapes, device=device, dtype=nvfp4_bench.DTYPES[args.dtype], block_sizes=tuple(FORMATS[f] for f in formats), warmup=args.warmup, iters=args.iters
     )
-    print(f"{'shape':>11} {'fmt':>5} {'kernel':>18} {'ms':>9} {'GB/s':>8} {'copy GB/s':>9} {'ratio':>6} {'peak MiB':>9}")
+    print(f"{'shape':>11} {'fmt':>5} {'kernel':>18} {'ms':>9} {'GB/s':>8} {'copy GB/s':>9} {'ratio':>6} {'copy-into':>9} {'peak MiB':>9}")
     for r in rows:
         records.append(NOTEBOOK, "throughput", r, run_params)
         fmt = "nvfp4" if r["block_size"] == 16 else "mxfp4"
-        print(f"{r['M']:>5}x{r['K']:<5} {fmt:>5} {r['kernel']:>18} {r['median_ms']:>9.2f} {r['gbps']:>8.2f} {r['copy_gbps']:>9.2f} {r['ratio_to_copy']:>6.2f} {r['peak_bytes'] / 2**20:>9.1f}")
+        print(f"{r['M']:>5}x{r['K']:<5} {fmt:>5} {r['kernel']:>18} {r['median_ms']:>9.2f} {r['gbps']:>8.2f} {r['copy_gbps']:>9.2f} {r['ratio_to_copy']:>6.2f} {r['copy_into_gbps']:>9.2f} {r['peak_bytes'] / 2**20:>9.1f}")
     for name, reason in sorted(skipped.items()):
         records.append(NOTEBOOK, "skipped", {"kernel": name, "status": "skipped", "reason": reason}, run_params)
         print(f"skipped {name}: {reason}")
