@@ -14,7 +14,7 @@ def _rcp(v, APPROX: tl.constexpr):
     if APPROX:
         return tl.inline_asm_elementwise("rcp.approx.ftz.f32 $0, $1;", "=f,f", [v], dtype=tl.float32, is_pure=True, pack=1)
     else:
-        return 1.0 / v
+        return tl.math.div_rn(tl.full(v.shape, 1.0, tl.float32), v)  # "/" may be approximate on a GPU
 
 
 @triton.jit
