@@ -3,6 +3,7 @@
 #   make reproduce NOTEBOOKS=01,05        only these notebooks (names or numbers)
 #   make reproduce TORCH=torch==2.14.1    another torch build (a CUDA one on a GPU machine)
 #   make matrix VERSIONS=0.6.3,0.7.4      the FlashInfer version matrix (notebook 09), then the report
+#   make gpu TORCH=<a CUDA torch>         notebooks 04-08 sized for one GPU (within 10 min on an H200)
 
 PYTHON   ?= python3
 TORCH    ?= torch==2.13.0
@@ -28,13 +29,16 @@ export JUPYTER_RUNTIME_DIR   := $(abspath $(BUILD))/jupyter/runtime
 export PIP_CACHE_DIR         := $(abspath $(BUILD))/cache/pip
 export PYTHONUNBUFFERED      := 1
 
-.PHONY: reproduce test lab list matrix venv clean
+.PHONY: reproduce test lab list matrix gpu venv clean
 
 reproduce: $(STAMP)
 	$(PY) -m fp4lab.catalog reproduce --notebooks "$(NOTEBOOKS)"
 
 matrix: $(STAMP)
 	$(PY) -m fp4lab.catalog reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
+
+gpu: $(STAMP)
+	PY=$(PY) bash scripts/gpu.sh
 
 test: $(STAMP)
 	$(PY) -m pytest

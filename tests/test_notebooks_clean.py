@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 
 import nbformat
+import papermill
 import pytest
 
 from fp4lab import catalog, probe
@@ -31,11 +32,15 @@ def test_one_parameters_cell_of_plain_literals_then_validation(nb):
     tagged = [i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])]
     assert len(tagged) == 1, f"{nb.name}: {len(tagged)} parameters cells"
     tree = ast.parse(cells[tagged[0]].source)
+    names = set()
     for statement in tree.body:
         assert isinstance(statement, ast.Assign), f"{nb.name}: parameters cell holds only assignments"
         ast.literal_eval(statement.value)  # raises for anything but a plain literal
+        names.update(target.id for target in statement.targets)
     following = cells[tagged[0] + 1]
-    assert following.cell_type == "code" and ("params." in following.source or "select(" in following.source or ".glm5(" in following.source)
+    unchecked = {name for name in names if name not in following.source}
+    assert following.cell_type == "code" and not unchecked, f"{nb.name}: the cell after the parameters does not check {unchecked}"
+    assert set(papermill.inspect_notebook(str(nb.path))) == names, "papermill must see every parameter (a comment with '=' hides one)"
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
