@@ -229,7 +229,7 @@ def _dynamo_finding(lines: list[str]) -> Finding | None:
     segment = [match.group(2), *lines[at + 1 : end]]
     status = "unsupported" if match.group(1) == "Unsupported" else "runtime_error"
     outcome = trace.TraceOutcome(status=status, fullgraph=True, backend="unknown", seconds=0.0)
-    outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = trace._parse_message("\n".join(segment))
+    outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = trace.parse_message("\n".join(segment))
     outcome.frames = _frames(_user_code(lines, at))
     return Finding(trace.classify(outcome), lines[at].strip(), at, str(outcome.blocker_frame or ""))
 

@@ -159,7 +159,8 @@ class TraceOutcome:
         return data
 
 
-def _parse_message(text: str) -> tuple[str, list[str], list[str], str | None]:
+def parse_message(text: str) -> tuple[str, list[str], list[str], str | None]:
+    """Dynamo's message split into its first line, Explanation lines, Hint lines and debug context."""
     lines = text.splitlines()
     first = lines[0].strip() if lines else ""
     explanation, hints, debug = [], [], None
@@ -245,7 +246,7 @@ def _break_reason(reason: Any) -> str:
 
 def _fill_failure(outcome: TraceOutcome, exc: BaseException, stack: traceback.StackSummary | list | None) -> None:
     outcome.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = _parse_message(str(exc))
+    outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = parse_message(str(exc))
     outcome.frames = _frames(stack)
 
 
