@@ -28,6 +28,8 @@ export JUPYTER_DATA_DIR      := $(abspath $(BUILD))/jupyter/data
 export JUPYTER_RUNTIME_DIR   := $(abspath $(BUILD))/jupyter/runtime
 export PIP_CACHE_DIR         := $(abspath $(BUILD))/cache/pip
 export PYTHONUNBUFFERED      := 1
+CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
+          $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR)
 
 .PHONY: reproduce test lab list matrix gpu venv clean
 
@@ -52,6 +54,7 @@ list: $(STAMP)
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
+	mkdir -p $(CACHES)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q "$(TORCH)"

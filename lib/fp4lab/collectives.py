@@ -352,9 +352,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{row['backend']:7} {mode:5} {row['size']:>6}: " + (
                     f"{row['median_us']:10.1f} us  busbw {row['busbw_GBps']:8.3f} GB/s  correct={row['correct']}" if row["status"] == "ok" else f"skipped: {row['reason']}"
                 ), flush=True)  # fmt: skip
-    distributed.progress(distributed.DONE)
-    dist.barrier(group=meta)
-    dist.destroy_process_group()
+    distributed.finish(meta)
     return 0
 
 

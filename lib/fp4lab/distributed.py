@@ -83,6 +83,13 @@ def progress(step: str) -> None:
         f.flush()
 
 
+def finish(group: dist.ProcessGroup) -> None:
+    """Mark this rank done, wait for every rank, and leave the process group."""
+    progress(DONE)
+    dist.barrier(group=group)
+    dist.destroy_process_group()
+
+
 def iteration_max(samples: list[float], group: dist.ProcessGroup | None = None) -> list[float]:
     """Per iteration, the slowest rank's time: a collective is done when its last rank is."""
     gathered: list[list[float] | None] = [None] * dist.get_world_size(group)

@@ -256,9 +256,7 @@ def main(argv: list[str] | None = None) -> int:
             distributed.append_row(args.out, row)
             print(f"chunks {c}: compute {row['t_compute_ms']:.2f} ms, comm {row['t_comm_ms']:.2f} ms, overlapped "
                   f"{row['t_overlapped_ms']:.2f} ms, sequential {row['t_sequential_ms']:.2f} ms, efficiency {row['efficiency']:.2f}", flush=True)  # fmt: skip
-    distributed.progress(distributed.DONE)
-    dist.barrier(group=meta)
-    dist.destroy_process_group()
+    distributed.finish(meta)
     return 0
 
 
