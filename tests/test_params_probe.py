@@ -51,3 +51,9 @@ def test_simulating_restores():
     with probe.simulating((10, 0)):
         assert probe.target() == {"sm": "10.0", "simulated": True}
     assert probe.target() == before
+
+
+def test_the_record_form_names_no_path_of_this_machine():
+    data = probe.machine().as_dict()
+    assert data["nvcc_path"] in (None, "nvcc")
+    assert "/" not in str(data)

@@ -73,7 +73,10 @@ class Machine:
         return f"needs 2 or more GPUs; this machine has {self.gpu_count}"
 
     def as_dict(self) -> dict:
-        return asdict(self)
+        """The snapshot as plain data; nvcc's location is kept as its file name, not this machine's path."""
+        data = asdict(self)
+        data["nvcc_path"] = os.path.basename(self.nvcc_path) if self.nvcc_path else None
+        return data
 
 
 def package_version(name: str) -> str | None:
