@@ -66,10 +66,6 @@ def make_reproduce(checkout: Path) -> float:
     return time.perf_counter() - started
 
 
-def du(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--reproduce", action="store_true", help="also time `make reproduce` in this checkout (warm)")
@@ -91,8 +87,8 @@ def main() -> None:
             os.environ.clear()
             os.environ.update(env_free)
             values["reproduce_cold_s"] = make_reproduce(clone)
-            values["venv_cold_bytes"] = du(clone / "build" / "venv")
-    values["venv_bytes"] = du(paths.build_dir() / "venv")
+            values["venv_cold_bytes"] = paths.disk_bytes(clone / "build" / "venv")
+    values["venv_bytes"] = paths.disk_bytes(paths.build_dir() / "venv")
     records.append("benchmark_story", "timing", values, {"reproduce": args.reproduce, "cold": args.cold})
     print(f"{'measure':38} {'value':>10}  goal")
     for key, value in values.items():

@@ -119,17 +119,13 @@ def _pip_env() -> dict:
     return env
 
 
-def _du(path: Path) -> int:
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
-
-
 def ensure_env(version: str, torch_spec: str = TORCH) -> VersionResult:
     """Build (or reuse) the environment for one version; never raises for an install failure."""
     env = env_dir(version)
     stamp = env / ".fp4lab-ready"
     wheels = paths.build_dir() / "matrix" / "wheels" / version
     if stamp.exists() and stamp.read_text().strip() == torch_spec:
-        return VersionResult(version, "reused", env_bytes=_du(env), wheel_bytes=_du(wheels) if wheels.exists() else 0)
+        return VersionResult(version, "reused", env_bytes=paths.disk_bytes(env), wheel_bytes=paths.disk_bytes(wheels) if wheels.exists() else 0)
     started = time.perf_counter()
     shutil.rmtree(env, ignore_errors=True)
     steps = [  # the FlashInfer wheel first, so a version that does not exist fails in seconds
@@ -145,7 +141,7 @@ def ensure_env(version: str, torch_spec: str = TORCH) -> VersionResult:
             shutil.rmtree(env, ignore_errors=True)
             return VersionResult(version, "failed", time.perf_counter() - started, error=f"{' '.join(step[2:5])} failed: {' | '.join(tail)}")
     stamp.write_text(torch_spec)
-    return VersionResult(version, "built", time.perf_counter() - started, env_bytes=_du(env), wheel_bytes=_du(wheels))
+    return VersionResult(version, "built", time.perf_counter() - started, env_bytes=paths.disk_bytes(env), wheel_bytes=paths.disk_bytes(wheels))
 
 
 def probe_in_env(result: VersionResult) -> VersionResult:

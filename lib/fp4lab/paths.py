@@ -39,6 +39,11 @@ def figures_dir() -> Path:
     return Path(os.environ.get("FP4LAB_FIGURES_DIR", REPO_ROOT / "figures"))
 
 
+def disk_bytes(path: Path) -> int:
+    """Bytes on disk of every regular file below ``path`` (links not followed)."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
 def set_cache_defaults() -> None:
     """Point every known cache into build/cache unless the caller chose a place already."""
     cache = build_dir() / "cache"
