@@ -1,5 +1,5 @@
 # fp4lab: `make reproduce` runs every notebook this machine can run and exports HTML reports;
-# `make test` runs the test suite. Both create the environment in build/venv when missing.
+# `make test` runs the linter and the test suite. Both create the environment in build/venv when missing.
 #   make reproduce NOTEBOOKS=01,05        only these notebooks (names or numbers)
 #   make reproduce TORCH=torch==2.14.1    another torch build (a CUDA one on a GPU machine)
 #   make matrix VERSIONS=0.6.3,0.7.4      the FlashInfer version matrix (notebook 09), then the report
@@ -31,25 +31,29 @@ export PYTHONUNBUFFERED      := 1
 CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
           $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR)
 
-.PHONY: reproduce test lab list matrix gpu venv clean
+.PHONY: reproduce test lint lab list matrix gpu venv clean
 
 reproduce: $(STAMP)
-	$(PY) -m fp4lab.catalog reproduce --notebooks "$(NOTEBOOKS)"
+	$(PY) -m fp4lab.core.catalog reproduce --notebooks "$(NOTEBOOKS)"
 
 matrix: $(STAMP)
-	$(PY) -m fp4lab.catalog reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
+	$(PY) -m fp4lab.core.catalog reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
 
 gpu: $(STAMP)
 	PY=$(PY) bash scripts/gpu.sh
 
-test: $(STAMP)
+test: lint
 	$(PY) -m pytest
+
+lint: $(STAMP)
+	$(PY) -m ruff check .
+	$(PY) -m ruff format --check .
 
 lab: $(STAMP)
 	$(PY) -m jupyter lab --notebook-dir=notebooks
 
 list: $(STAMP)
-	$(PY) -m fp4lab.catalog list
+	$(PY) -m fp4lab.core.catalog list
 
 venv: $(STAMP)
 

@@ -20,9 +20,14 @@ import argparse
 import os
 import sys
 
-import torch
+import fp4lab
 
-from fp4lab import nvfp4_bench, params, records
+fp4lab.setup()  # caches into build/ before torch is imported
+
+import torch  # noqa: E402
+
+from fp4lab.core import params, records
+from fp4lab.fp4 import throughput
 
 NOTEBOOK = "nvfp4_throughput"
 FORMATS = {"nvfp4": 16, "mxfp4": 32}
@@ -44,53 +49,109 @@ def parse_shapes(text: str) -> list[tuple[int, int]]:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--shapes", default=DEFAULT_SHAPES, help=f"comma-separated MxK, K a multiple of 32 (default {DEFAULT_SHAPES})")
+    parser.add_argument(
+        "--shapes",
+        default=DEFAULT_SHAPES,
+        help=f"comma-separated MxK, K a multiple of 32 (default {DEFAULT_SHAPES})",
+    )
     parser.add_argument("--device", default="auto", help="auto | cpu | cuda")
     parser.add_argument("--dtype", default="bfloat16", help="bfloat16 | float16 | float32")
     parser.add_argument("--formats", default="nvfp4", help="comma-separated: nvfp4, mxfp4")
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=torch.get_num_threads(), help="CPU threads for torch (default: torch's)")
+    parser.add_argument(
+        "--threads",
+        type=int,
+        default=torch.get_num_threads(),
+        help="CPU threads for torch (default: torch's)",
+    )
     args = parser.parse_args(argv)
     try:
         shapes = parse_shapes(args.shapes)
         params.choice("--device", args.device, ("auto", "cpu", "cuda"))
-        params.choice("--dtype", args.dtype, tuple(nvfp4_bench.DTYPES))
+        params.choice("--dtype", args.dtype, tuple(throughput.DTYPES))
         formats = args.formats.split(",")
         params.choices("--formats", formats, tuple(FORMATS))
         params.positive("--iters", args.iters)
         params.positive("--warmup", args.warmup)
         params.positive("--threads", args.threads)
         if args.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError("--device=cuda is not allowed here: torch sees no CUDA GPU; allowed values: auto, cpu")
+            raise ValueError(
+                "--device=cuda is not allowed here: torch sees no CUDA GPU; allowed values: auto, cpu"
+            )
     except ValueError as e:
         parser.error(str(e))
-    device = torch.device("cuda" if args.device == "auto" and torch.cuda.is_available() else "cpu" if args.device == "auto" else args.device)
-    torch.set_num_threads(args.threads)
-    run_params = {"shapes": [list(s) for s in shapes], "device": device.type, "dtype": args.dtype, "formats": formats, "iters": args.iters,
-                  "warmup": args.warmup, "threads": args.threads, "load_average_1min": os.getloadavg()[0]}
-    rows, skipped = nvfp4_bench.throughput(
-        shapes, device=device, dtype=nvfp4_bench.DTYPES[args.dtype], block_sizes=tuple(FORMATS[f] for f in formats), warmup=args.warmup, iters=args.iters
+    device = torch.device(
+        "cuda"
+        if args.device == "auto" and torch.cuda.is_available()
+        else "cpu"
+        if args.device == "auto"
+        else args.device
     )
-    print(f"{'shape':>11} {'fmt':>5} {'kernel':>18} {'ms':>9} {'GB/s':>8} {'copy GB/s':>9} {'ratio':>6} {'copy-into':>9} {'peak MiB':>9}")
+    torch.set_num_threads(args.threads)
+    run_params = {
+        "shapes": [list(s) for s in shapes],
+        "device": device.type,
+        "dtype": args.dtype,
+        "formats": formats,
+        "iters": args.iters,
+        "warmup": args.warmup,
+        "threads": args.threads,
+        "load_average_1min": os.getloadavg()[0],
+    }
+    rows, skipped = throughput.throughput(
+        shapes,
+        device=device,
+        dtype=throughput.DTYPES[args.dtype],
+        block_sizes=tuple(FORMATS[f] for f in formats),
+        warmup=args.warmup,
+        iters=args.iters,
+    )
+    print(
+        f"{'shape':>11} {'fmt':>5} {'kernel':>18} {'ms':>9} {'GB/s':>8} {'copy GB/s':>9} {'ratio':>6} {'copy-into':>9} {'peak MiB':>9}"
+    )
     for r in rows:
         records.append(NOTEBOOK, "throughput", r, run_params)
         fmt = "nvfp4" if r["block_size"] == 16 else "mxfp4"
-        print(f"{r['M']:>5}x{r['K']:<5} {fmt:>5} {r['kernel']:>18} {r['median_ms']:>9.2f} {r['gbps']:>8.2f} {r['copy_gbps']:>9.2f} {r['ratio_to_copy']:>6.2f} {r['copy_into_gbps']:>9.2f} {r['peak_bytes'] / 2**20:>9.1f}")
+        print(
+            f"{r['M']:>5}x{r['K']:<5} {fmt:>5} {r['kernel']:>18} {r['median_ms']:>9.2f} {r['gbps']:>8.2f} {r['copy_gbps']:>9.2f} {r['ratio_to_copy']:>6.2f} {r['copy_into_gbps']:>9.2f} {r['peak_bytes'] / 2**20:>9.1f}"
+        )
     for name, reason in sorted(skipped.items()):
-        records.append(NOTEBOOK, "skipped", {"kernel": name, "status": "skipped", "reason": reason}, run_params)
+        records.append(
+            NOTEBOOK, "skipped", {"kernel": name, "status": "skipped", "reason": reason}, run_params
+        )
         print(f"skipped {name}: {reason}")
-    kernel, goal = nvfp4_bench.goal_for(device)
+    kernel, goal = throughput.goal_for(device)
     goal_rows = [r for r in rows if r["kernel"] == kernel]
     if goal_rows:
         worst = min(goal_rows, key=lambda r: r["ratio_to_copy"])
         verdict = "met" if worst["ratio_to_copy"] >= goal else "NOT met"
-        summary = {"kernel": kernel, "goal_ratio": goal, "worst_ratio": worst["ratio_to_copy"], "worst_shape": [worst["M"], worst["K"]], "met": worst["ratio_to_copy"] >= goal}
+        summary = {
+            "kernel": kernel,
+            "goal_ratio": goal,
+            "worst_ratio": worst["ratio_to_copy"],
+            "worst_shape": [worst["M"], worst["K"]],
+            "met": worst["ratio_to_copy"] >= goal,
+        }
         if device.type == "cuda":
-            fi = {(r["M"], r["K"], r["block_size"]): r["gbps"] for r in rows if r["kernel"] == "flashinfer"}
-            summary["at_least_flashinfer"] = all(r["gbps"] >= fi[(r["M"], r["K"], r["block_size"])] for r in goal_rows if (r["M"], r["K"], r["block_size"]) in fi) if fi else None
+            fi = {
+                (r["M"], r["K"], r["block_size"]): r["gbps"]
+                for r in rows
+                if r["kernel"] == "flashinfer"
+            }
+            summary["at_least_flashinfer"] = (
+                all(
+                    r["gbps"] >= fi[(r["M"], r["K"], r["block_size"])]
+                    for r in goal_rows
+                    if (r["M"], r["K"], r["block_size"]) in fi
+                )
+                if fi
+                else None
+            )
         records.append(NOTEBOOK, "goal", summary, run_params)
-        print(f"goal: {kernel} at >= {goal:.0%} of copy bandwidth: {verdict} (worst {worst['ratio_to_copy']:.0%} at {worst['M']}x{worst['K']})")
+        print(
+            f"goal: {kernel} at >= {goal:.0%} of copy bandwidth: {verdict} (worst {worst['ratio_to_copy']:.0%} at {worst['M']}x{worst['K']})"
+        )
     return 0
 
 

@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-import os
 from pathlib import Path
 
 import pytest
 
-from fp4lab import catalog, records
+import fp4lab
+
+fp4lab.setup()  # caches into build/ before torch is imported by any test module
+
+from fp4lab.core import catalog, records
 
 
 @pytest.fixture

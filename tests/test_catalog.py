@@ -2,23 +2,27 @@
 
 from __future__ import annotations
 
-import json
-
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from fp4lab import catalog, probe, records
+from fp4lab.core import catalog, probe, records
 
 
 def test_select_by_name_or_number():
     available = catalog.notebooks()
-    assert [nb.name for nb in catalog.select("01,00_environment", available)] == ["00_environment", "01_nvcc_subprocess_crash"]
+    assert [nb.name for nb in catalog.select("01,00_environment", available)] == [
+        "00_environment",
+        "01_nvcc_subprocess_crash",
+    ]
     assert catalog.select("", available) == available
 
 
 def test_unknown_notebook_names_the_variable_and_allowed_values():
-    with pytest.raises(ValueError, match=r"NOTEBOOKS contains '99_nope', which is not a notebook; allowed values: 00_environment, "):
+    with pytest.raises(
+        ValueError,
+        match=r"NOTEBOOKS contains '99_nope', which is not a notebook; allowed values: 00_environment, ",
+    ):
         catalog.select("01,99_nope", catalog.notebooks())
 
 
@@ -33,12 +37,18 @@ def test_plan_skips_with_reasons():
 
 def _notebook(folder, name, source, needs="cpu"):
     nb = new_notebook(cells=[new_code_cell(source)])
-    nb.metadata["kernelspec"] = {"name": catalog.KERNEL, "display_name": "fp4lab", "language": "python"}
+    nb.metadata["kernelspec"] = {
+        "name": catalog.KERNEL,
+        "display_name": "fp4lab",
+        "language": "python",
+    }
     nb.metadata["fp4lab"] = {"title": name, "needs": needs, "duration_s": 1}
     nbformat.write(nb, folder / f"{name}.ipynb")
 
 
-def test_reproduce_runs_the_rest_after_a_failure_and_reports_it(isolated_outputs, monkeypatch, capsys):
+def test_reproduce_runs_the_rest_after_a_failure_and_reports_it(
+    isolated_outputs, monkeypatch, capsys
+):
     folder = isolated_outputs / "nbs"
     folder.mkdir()
     _notebook(folder, "01_fails", "raise RuntimeError('deliberate')")
@@ -50,7 +60,10 @@ def test_reproduce_runs_the_rest_after_a_failure_and_reports_it(isolated_outputs
     assert status["01_fails"]["status"] == "failed" and "deliberate" in status["01_fails"]["reason"]
     assert status["02_passes"]["status"] == "ran"
     if probe.machine().gpu_count < 2:
-        assert status["03_needs_gpus"]["status"] == "skipped" and "GPUs" in status["03_needs_gpus"]["reason"]
+        assert (
+            status["03_needs_gpus"]["status"] == "skipped"
+            and "GPUs" in status["03_needs_gpus"]["reason"]
+        )
     html = (isolated_outputs / "build" / "html" / "02_passes.html").read_text()
     assert "x = 1" not in html, "code cells are hidden in the HTML export"
     out = capsys.readouterr()
@@ -63,12 +76,15 @@ def test_cli_rejects_unknown_notebooks_before_running(capsys):
 
 
 def test_parameters_are_parsed_and_checked_before_running():
-    assert catalog.parse_parameters(["versions=0.6.3,0.7.4", "layers=4", "backends=[\"eager\"]"]) == {
+    assert catalog.parse_parameters(["versions=0.6.3,0.7.4", "layers=4", 'backends=["eager"]']) == {
         "versions": "0.6.3,0.7.4",
         "layers": 4,
         "backends": ["eager"],
     }
     with pytest.raises(ValueError, match="must look like NAME=VALUE"):
         catalog.parse_parameters(["versions"])
-    with pytest.raises(ValueError, match=r"--param nope: no selected notebook has such a parameter; allowed values: .*versions"):
+    with pytest.raises(
+        ValueError,
+        match=r"--param nope: no selected notebook has such a parameter; allowed values: .*versions",
+    ):
         catalog.reproduce("09", parameters={"nope": 1})

@@ -8,8 +8,9 @@ import pytest
 import torch
 from flashinfer.jit import core, cpp_ext
 
-from fp4lab import flashinfer_path as fp
-from fp4lab import probe, segment, trace
+from fp4lab.compile import segment, trace
+from fp4lab.compile import staging as fp
+from fp4lab.core import probe
 
 SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
 
@@ -39,7 +40,7 @@ def test_every_stage_restores_even_on_error():
             with fp.compiler_disabled_fp4_quantize():
                 assert flashinfer.utils.get_compute_capability(torch.device("cpu")) == (12, 0)
                 assert torch.version.cuda == "12.9" and probe.target()["simulated"]
-                assert core.current_compilation_context.TARGET_CUDA_ARCHS == {(12, "0a")}
+                assert {(12, "0a")} == core.current_compilation_context.TARGET_CUDA_ARCHS
                 raise RuntimeError("boom")
     assert _state() == before
     original = flashinfer.fp4_quantize
@@ -62,14 +63,28 @@ def test_the_blocker_chain_reaches_the_jits_file_io(story_model):
     assert signatures[-1] == "file_io", rows[-1]
     assert rows[-1]["skipped_builtin"].startswith("posix.")
     nvcc = [r for r in rows if r["signature"] == "subprocess"]
-    assert nvcc and nvcc[0]["shows_nvcc_query"] and nvcc[0]["blocker_frame"].startswith("flashinfer/jit/cpp_ext.py")
+    assert (
+        nvcc
+        and nvcc[0]["shows_nvcc_query"]
+        and nvcc[0]["blocker_frame"].startswith("flashinfer/jit/cpp_ext.py")
+    )
     applied_after_nvcc = rows[rows.index(nvcc[0]) + 1]
-    assert (applied_after_nvcc["stage"], applied_after_nvcc["origin"], applied_after_nvcc["story"]) == ("patch_cuda_version", "story", "msg 992")
+    assert (
+        applied_after_nvcc["stage"],
+        applied_after_nvcc["origin"],
+        applied_after_nvcc["story"],
+    ) == ("patch_cuda_version", "story", "msg 992")
     if not fp.real_fp4_gpu():
         assert rows[0]["signature"] == "device_check" and rows[0]["target"]["simulated"] is False
         assert all(r["target"]["simulated"] for r in rows[1:])
-    if fp.flashinfer_version() == "0.7.4":
-        assert signatures == ["device_check", "subprocess", "non_tensor_torch_op", "unsupported_other", "file_io"]
+    if probe.package_version("flashinfer-python") == "0.7.4":
+        assert signatures == [
+            "device_check",
+            "subprocess",
+            "non_tensor_torch_op",
+            "unsupported_other",
+            "file_io",
+        ]
         assert rows[3]["blocker_frame"] == "flashinfer/jit/core.py:239:register"
 
 
@@ -101,13 +116,17 @@ def test_custom_op_passes_opcheck_and_matches_the_reference_layout():
     assert set(result.values()) == {"SUCCESS"}
     codes, scales = torch.ops.fp4lab.fp4_quantize(x, gs)
     assert codes.shape == (130, 32) and codes.dtype == torch.uint8
-    assert scales.shape == (256, 4) and scales.dtype == torch.uint8  # rows padded to 128, columns to 4
+    assert (
+        scales.shape == (256, 4) and scales.dtype == torch.uint8
+    )  # rows padded to 128, columns to 4
 
 
 def test_upstream_op_gets_a_cpu_kernel_only_inside_the_block(story_model):
     op = fp.upstream_op()
     if op is None:
-        pytest.skip(f"flashinfer-python {fp.flashinfer_version()} has no torch.ops.flashinfer.fp4_quantize")
+        pytest.skip(
+            f"flashinfer-python {probe.package_version('flashinfer-python')} has no torch.ops.flashinfer.fp4_quantize"
+        )
     model, x = story_model
     with fp.simulated_target(), fp.upstream_op_cpu_kernel() as upstream:
         outcome = trace.attempt(segment.Stack(SHAPE, 1, lambda h, gs: upstream(h, gs)), x)

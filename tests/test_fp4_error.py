@@ -1,51 +1,59 @@
-"""fp4lab.fp4_error: parameter checks, the activation distributions, the FP8 baseline and the metrics."""
+"""fp4lab.fp4.accuracy: parameter checks, the activation distributions, the FP8 baseline and the metrics."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fp4lab import fp4_error
+from fp4lab.core import params
+from fp4lab.fp4 import accuracy
 
 
 @pytest.mark.parametrize(
     "shapes, message",
-    [([], "must be a non-empty list"), ([[4, 64, 2]], "3-D inputs are not allowed"), ([[4, 40]], "shapes K=40 must be a multiple of 32"),
-     ([[0, 64]], "shapes M=0 must be a positive integer"), ("64x64", "must be a non-empty list")],  # fmt: skip
+    [
+        ([], "must be a non-empty list"),
+        ([[4, 64, 2]], "3-D inputs are not allowed"),
+        ([[4, 40]], "shapes K=40 must be a multiple of 32"),
+        ([[0, 64]], "shapes M=0 must be a positive integer"),
+        ("64x64", "must be a non-empty list"),
+    ],  # fmt: skip
 )
 def test_check_shapes_names_the_problem(shapes, message):
     with pytest.raises(ValueError, match=message):
-        fp4_error.check_shapes("shapes", shapes)
+        accuracy.check_shapes("shapes", shapes)
 
 
 def test_resolve_device():
-    assert fp4_error.resolve_device("cpu") == torch.device("cpu")
+    assert params.device("device", "cpu") == torch.device("cpu")
     with pytest.raises(ValueError, match="device='gpu' is not allowed"):
-        fp4_error.resolve_device("gpu")
+        params.device("device", "gpu")
     if not torch.cuda.is_available():
-        assert fp4_error.resolve_device("auto") == torch.device("cpu")
+        assert params.device("device", "auto") == torch.device("cpu")
         with pytest.raises(ValueError, match="torch sees no CUDA GPU"):
-            fp4_error.resolve_device("cuda")
+            params.device("device", "cuda")
 
 
 def test_distributions_are_reproducible_and_shaped():
-    normal = fp4_error.activations("normal", 64, 256, seed=1)
-    assert normal.dtype == torch.bfloat16 and torch.equal(normal, fp4_error.activations("normal", 64, 256, seed=1))
-    heavy = fp4_error.activations("student_t", 64, 256, seed=1).float()
+    normal = accuracy.activations("normal", 64, 256, seed=1)
+    assert normal.dtype == torch.bfloat16 and torch.equal(
+        normal, accuracy.activations("normal", 64, 256, seed=1)
+    )
+    heavy = accuracy.activations("student_t", 64, 256, seed=1).float()
     kurtosis = lambda t: float(((t - t.mean()) ** 4).mean() / t.var() ** 2)  # noqa: E731
     assert kurtosis(heavy) > kurtosis(normal.float()) + 1
-    outliers = fp4_error.activations("outlier_channels", 64, 256, seed=1).float()
+    outliers = accuracy.activations("outlier_channels", 64, 256, seed=1).float()
     channel_rms = outliers.pow(2).mean(0).sqrt()
     assert int((channel_rms > 10).sum()) == 2  # 1% of 256 channels, scaled by 50
     with pytest.raises(ValueError, match="distribution='cauchy' is not allowed"):
-        fp4_error.activations("cauchy", 4, 32)
+        accuracy.activations("cauchy", 4, 32)
 
 
 def test_fp8_baseline_and_metrics():
-    x = fp4_error.activations("normal", 32, 64)
-    assert torch.equal(fp4_error.fp8_per_tensor(x * 0), torch.zeros(32, 64))
+    x = accuracy.activations("normal", 32, 64)
+    assert torch.equal(accuracy.fp8_per_tensor(x * 0), torch.zeros(32, 64))
     exact = torch.tensor([[448.0, -1.0, 0.5, 0.0]])
-    assert torch.equal(fp4_error.fp8_per_tensor(exact), exact)
-    m = fp4_error.metrics(x, fp4_error.roundtrip(x, "nvfp4"))
+    assert torch.equal(accuracy.fp8_per_tensor(exact), exact)
+    m = accuracy.metrics(x, accuracy.roundtrip(x, "nvfp4"))
     assert m["mse"] > 0 and 15 < m["snr_db"] < 25 and m["max_abs_error"] > 0
-    assert fp4_error.metrics(exact, exact)["snr_db"] == float("inf")
+    assert accuracy.metrics(exact, exact)["snr_db"] == float("inf")

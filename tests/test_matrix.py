@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp4lab import matrix, records
+from fp4lab.compile import matrix
 
 BOUNDARY = ["0.6.11.post3", "0.6.12"]
 """The last release before the upstream op and the first with it: the pair `make test` measures."""
@@ -19,20 +19,37 @@ def test_versions_are_checked(bad):
 def test_verdicts_follow_the_probe():
     chain_blocked = [{"step": 0, "stage": "none", "origin": "baseline", "signature": "file_io"}]
     ok = {"present": True, "signature": "ok", "graph_count": 1}
-    assert matrix.VersionResult("1", "built", chain=chain_blocked, upstream_op=ok, fp4lab_op=ok).verdict == matrix.VERDICTS[1]
-    mine_only = matrix.VersionResult("1", "built", chain=chain_blocked, upstream_op={"present": False}, fp4lab_op=ok)
+    assert (
+        matrix.VersionResult(
+            "1", "built", chain=chain_blocked, upstream_op=ok, fp4lab_op=ok
+        ).verdict
+        == matrix.VERDICTS[1]
+    )
+    mine_only = matrix.VersionResult(
+        "1", "built", chain=chain_blocked, upstream_op={"present": False}, fp4lab_op=ok
+    )
     assert mine_only.verdict == matrix.VERDICTS[2] and mine_only.story_decision_holds is True
-    nothing = matrix.VersionResult("1", "built", chain=chain_blocked, upstream_op={"present": False}, fp4lab_op={"signature": "unsupported_other"})
+    nothing = matrix.VersionResult(
+        "1",
+        "built",
+        chain=chain_blocked,
+        upstream_op={"present": False},
+        fp4lab_op={"signature": "unsupported_other"},
+    )
     assert nothing.verdict == matrix.VERDICTS[0]
     failed = matrix.VersionResult("1", "failed", error="pip install failed")
     assert failed.verdict.startswith("not measured") and failed.story_decision_holds is None
 
 
-def test_a_version_that_cannot_install_is_recorded_and_the_others_go_on(isolated_outputs, monkeypatch):
+def test_a_version_that_cannot_install_is_recorded_and_the_others_go_on(
+    isolated_outputs, monkeypatch
+):
     monkeypatch.setenv("FP4LAB_BUILD_DIR", str(isolated_outputs / "build"))
     [result] = matrix.run(["0.0.1"], progress=lambda line: None)
     assert result.env == "failed" and "failed" in result.error
-    assert not (isolated_outputs / "build" / "matrix" / "flashinfer-0.0.1").exists(), "a failed environment is removed"
+    assert not (isolated_outputs / "build" / "matrix" / "flashinfer-0.0.1").exists(), (
+        "a failed environment is removed"
+    )
     assert matrix.summarize([result])["versions_failed"] == ["0.0.1"]
 
 
@@ -41,7 +58,10 @@ def test_09_measures_the_boundary_versions(run_notebook):
     rows, _ = run_notebook("09_version_matrix", versions=",".join(BOUNDARY))
     versions = {r["values"]["version"]: r for r in rows if r["kind"] == "version"}
     before, after = versions["0.6.11.post3"], versions["0.6.12"]
-    assert before["values"]["upstream_op_present"] is False and after["values"]["upstream_op_present"] is True
+    assert (
+        before["values"]["upstream_op_present"] is False
+        and after["values"]["upstream_op_present"] is True
+    )
     assert before["values"]["verdict"] == "unblocked only through fp4lab's custom op"
     assert after["values"]["verdict"] == "unblocked through torch.ops.flashinfer.fp4_quantize"
     for r in versions.values():
@@ -50,4 +70,7 @@ def test_09_measures_the_boundary_versions(run_notebook):
         assert r["provenance"]["packages"]["flashinfer-python"] == r["values"]["version"]
         assert r["provenance"]["simulated"] is True and r["provenance"]["target_sm"] == "12.0"
     [summary] = [r["values"] for r in rows if r["kind"] == "summary"]
-    assert (summary["story_decision_holds_up_to"], summary["upstream_op_unblocks_from"]) == ("0.6.11.post3", "0.6.12")
+    assert (summary["story_decision_holds_up_to"], summary["upstream_op_unblocks_from"]) == (
+        "0.6.11.post3",
+        "0.6.12",
+    )

@@ -5,11 +5,18 @@ from __future__ import annotations
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from fp4lab import probe
+from fp4lab.core import probe
 
 pytestmark = pytest.mark.notebook
 NAME = "06_nvfp4_kernels"
-SMALL = dict(shapes=[[64, 256]], distributions=["normal", "outlier_channels"], seed=3, device="cpu", throughput_shapes=[[128, 256]], throughput_iters=2)
+SMALL = dict(
+    shapes=[[64, 256]],
+    distributions=["normal", "outlier_channels"],
+    seed=3,
+    device="cpu",
+    throughput_shapes=[[128, 256]],
+    throughput_iters=2,
+)
 
 
 def test_06_records_errors_crosschecks_skips_and_speed(run_notebook, isolated_outputs):
@@ -17,29 +24,48 @@ def test_06_records_errors_crosschecks_skips_and_speed(run_notebook, isolated_ou
     by_kind: dict[str, list[dict]] = {}
     for r in rows:
         by_kind.setdefault(r["kind"], []).append(r["values"])
-        assert r["provenance"]["packages"]["torch"] and r["provenance"]["time_utc"] and r["params"]["seed"] == 3
+        assert (
+            r["provenance"]["packages"]["torch"]
+            and r["provenance"]["time_utc"]
+            and r["params"]["seed"] == 3
+        )
     errors = {(e["distribution"], e["format"]): e for e in by_kind["error"]}
     assert len(errors) == 6 and all(e["M"] == 64 and e["K"] == 256 for e in errors.values())
     for d in ("normal", "outlier_channels"):
         assert errors[(d, "nvfp4")]["snr_db"] > errors[(d, "mxfp4")]["snr_db"]
         assert errors[(d, "fp8_e4m3_per_tensor")]["snr_db"] > errors[(d, "nvfp4")]["snr_db"]
-    assert 15 < errors[("normal", "nvfp4")]["snr_db"] < 25  # about 20 dB for 4-bit codes with 16-element blocks
+    assert (
+        15 < errors[("normal", "nvfp4")]["snr_db"] < 25
+    )  # about 20 dB for 4-bit codes with 16-element blocks
     [swizzle] = by_kind["swizzle"]
-    assert swizzle["matches_formula"] and swizzle["matches_torch_to_blocked"] and swizzle["round_trips"]
+    assert (
+        swizzle["matches_formula"]
+        and swizzle["matches_torch_to_blocked"]
+        and swizzle["round_trips"]
+    )
     cross = by_kind["crosscheck"]
     assert {c["input"] for c in cross} == {"normal", "outlier_channels", "adversarial", "e2m1_ties"}
     assert all(c["unexplained"] == 0 for c in cross)
     normal = [c for c in cross if c["input"] == "normal"]
     assert all(c["codes_differing"] == 0 and c["scales_differing"] == 0 for c in normal)
-    assert any(c["code_differences"].get("nan_policy") for c in cross if c["input"] == "adversarial")
+    assert any(
+        c["code_differences"].get("nan_policy") for c in cross if c["input"] == "adversarial"
+    )
     assert {s["block_size"] for s in by_kind["reciprocal_sensitivity"]} == {16, 32}
     [forwarding] = by_kind["forwarding_bug"]
     assert forwarding["capture"]["status"] in ("present", "absent")
     speed = by_kind["throughput"]
-    assert {s["kernel"] for s in speed} >= {"compiled", "eager"} and all(s["gbps"] > 0 and s["copy_gbps"] > 0 for s in speed)
+    assert {s["kernel"] for s in speed} >= {"compiled", "eager"} and all(
+        s["gbps"] > 0 and s["copy_gbps"] > 0 for s in speed
+    )
     skipped = {s["check"]: s for s in by_kind["skipped"]}
     if not probe.machine().cuda_available:
-        for check in ("flashinfer_bit_exact", "flashinfer_hopper", "forwarding_bug_numerical", "throughput_flashinfer"):
+        for check in (
+            "flashinfer_bit_exact",
+            "flashinfer_hopper",
+            "forwarding_bug_numerical",
+            "throughput_flashinfer",
+        ):
             assert skipped[check]["status"] == "skipped" and skipped[check]["reason"]
         assert "SKIPPED flashinfer_bit_exact: no CUDA GPU" in executed.read_text()
     for figure in ("06_fp4_error", "06_swizzle_128x4", "06_quantize_throughput"):
@@ -51,7 +77,10 @@ def test_06_records_errors_crosschecks_skips_and_speed(run_notebook, isolated_ou
     [
         ({"shapes": [[64, 48]]}, "shapes K=48 must be a multiple of 32"),
         ({"shapes": [[2, 64, 256]]}, "3-D inputs are not allowed"),
-        ({"distributions": ["cauchy"]}, "distributions contains 'cauchy'; allowed values: normal, student_t, outlier_channels"),
+        (
+            {"distributions": ["cauchy"]},
+            "distributions contains 'cauchy'; allowed values: normal, student_t, outlier_channels",
+        ),
         ({"device": "tpu"}, "device='tpu' is not allowed"),
     ],
 )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from fp4lab import probe
+from fp4lab.core import probe
 
 pytestmark = pytest.mark.notebook
 NAME = "07_mscclpp_allreduce"
@@ -17,15 +17,26 @@ def test_07_sweeps_gloo_and_records_what_it_skipped(run_notebook, isolated_outpu
     by_kind = {}
     for r in rows:
         by_kind.setdefault(r["kind"], []).append(r["values"])
-        assert r["provenance"]["git"]["commit"] and r["provenance"]["packages"]["torch"] and r["params"]["sizes"] == "1KiB:16KiB"
+        assert (
+            r["provenance"]["git"]["commit"]
+            and r["provenance"]["packages"]["torch"]
+            and r["params"]["sizes"] == "1KiB:16KiB"
+        )
     sizes = by_kind["size"]
     assert [s["size"] for s in sizes] == ["1KiB", "2KiB", "4KiB", "8KiB", "16KiB"]
-    assert all(s["backend"] == "gloo" and s["correct"] and s["max_abs_err"] == 0.0 and s["world_size"] == 2 for s in sizes)
-    assert all(s["busbw_GBps"] == pytest.approx(s["algbw_GBps"]) and s["median_us"] > 0 for s in sizes)
+    assert all(
+        s["backend"] == "gloo" and s["correct"] and s["max_abs_err"] == 0.0 and s["world_size"] == 2
+        for s in sizes
+    )
+    assert all(
+        s["busbw_GBps"] == pytest.approx(s["algbw_GBps"]) and s["median_us"] > 0 for s in sizes
+    )
     backends = {b["backend"]: b for b in by_kind["backend"]}
     assert backends["gloo"]["status"] == "ran" and backends["gloo"]["sizes_finished"] == 5
     if not probe.machine().cuda_available:
-        assert backends["mscclpp"]["status"] == "skipped" and backends["mscclpp"]["reason"].startswith("no CUDA GPU")
+        assert backends["mscclpp"]["status"] == "skipped" and backends["mscclpp"][
+            "reason"
+        ].startswith("no CUDA GPU")
         [crossover] = by_kind["crossover"]
         assert crossover["status"] == "skipped" and "mscclpp: no CUDA GPU" in crossover["reason"]
         [summary] = by_kind["summary"]
@@ -38,8 +49,12 @@ def test_07_sweeps_gloo_and_records_what_it_skipped(run_notebook, isolated_outpu
 
 @pytest.mark.parametrize(
     ("bad", "message"),
-    [({"sizes": "3KiB"}, "sizes contains '3KiB'"), ({"backends": ["nvlink"]}, "backends contains 'nvlink'"),
-     ({"cpu_ranks": 1}, "world size 1 is too small"), ({"gpu_ranks": 1}, "gpu_ranks=1 is not allowed")],  # fmt: skip
+    [
+        ({"sizes": "3KiB"}, "sizes contains '3KiB'"),
+        ({"backends": ["nvlink"]}, "backends contains 'nvlink'"),
+        ({"cpu_ranks": 1}, "world size 1 is too small"),
+        ({"gpu_ranks": 1}, "gpu_ranks=1 is not allowed"),
+    ],  # fmt: skip
 )
 def test_07_bad_parameters_fail_before_anything_runs(run_notebook, isolated_outputs, bad, message):
     with pytest.raises(PapermillExecutionError) as caught:

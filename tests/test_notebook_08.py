@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from fp4lab import server
+from fp4lab.serving import server
 
 pytestmark = pytest.mark.notebook
 NAME = "08_single_batch_overlap"
@@ -21,11 +21,21 @@ def test_08_runs_the_microbenchmark_and_records_the_serving_skip(run_notebook, i
     overlap_rows = by_kind["overlap"]
     assert [r["chunks"] for r in overlap_rows] == [1, 4]
     for r in overlap_rows:
-        assert r["max_abs_diff_vs_blocking"] == 0.0 and r["hidden"] == 96 and r["world_size"] == 2 and r["backend"] == "gloo"
-        expected = (r["t_compute_ms"] + r["t_comm_ms"] - r["t_overlapped_ms"]) / min(r["t_compute_ms"], r["t_comm_ms"])
+        assert (
+            r["max_abs_diff_vs_blocking"] == 0.0
+            and r["hidden"] == 96
+            and r["world_size"] == 2
+            and r["backend"] == "gloo"
+        )
+        expected = (r["t_compute_ms"] + r["t_comm_ms"] - r["t_overlapped_ms"]) / min(
+            r["t_compute_ms"], r["t_comm_ms"]
+        )
         assert r["efficiency"] == pytest.approx(expected)
     [summary] = by_kind["summary"]
-    assert "best overlap efficiency" in summary["headline"] and "1-chunk control" in summary["headline"]
+    assert (
+        "best overlap efficiency" in summary["headline"]
+        and "1-chunk control" in summary["headline"]
+    )
     skip = server.unavailable()
     if skip:
         assert by_kind["server"] == [{"status": "skipped", "reason": skip}]
@@ -36,8 +46,12 @@ def test_08_runs_the_microbenchmark_and_records_the_serving_skip(run_notebook, i
 
 @pytest.mark.parametrize(
     ("bad", "message"),
-    [({"chunks": [3]}, "chunks contains 3"), ({"collective": "broadcast"}, "collective='broadcast' is not allowed"),
-     ({"scale": 5}, "scale=5 is not allowed"), ({"tp_size": -1}, "tp_size=-1 is not allowed")],  # fmt: skip
+    [
+        ({"chunks": [3]}, "chunks contains 3"),
+        ({"collective": "broadcast"}, "collective='broadcast' is not allowed"),
+        ({"scale": 5}, "scale=5 is not allowed"),
+        ({"tp_size": -1}, "tp_size=-1 is not allowed"),
+    ],  # fmt: skip
 )
 def test_08_bad_parameters_fail_before_anything_runs(run_notebook, isolated_outputs, bad, message):
     with pytest.raises(PapermillExecutionError) as caught:

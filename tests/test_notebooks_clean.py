@@ -8,7 +8,7 @@ import nbformat
 import papermill
 import pytest
 
-from fp4lab import catalog, probe
+from fp4lab.core import catalog, probe
 
 NOTEBOOKS = catalog.notebooks()
 
@@ -23,7 +23,9 @@ def test_committed_without_outputs(nb):
     nbformat.validate(notebook)
     for cell in notebook.cells:
         if cell.cell_type == "code":
-            assert cell.outputs == [] and cell.execution_count is None, f"{nb.name}: a cell carries outputs"
+            assert cell.outputs == [] and cell.execution_count is None, (
+                f"{nb.name}: a cell carries outputs"
+            )
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
@@ -34,13 +36,19 @@ def test_one_parameters_cell_of_plain_literals_then_validation(nb):
     tree = ast.parse(cells[tagged[0]].source)
     names = set()
     for statement in tree.body:
-        assert isinstance(statement, ast.Assign), f"{nb.name}: parameters cell holds only assignments"
+        assert isinstance(statement, ast.Assign), (
+            f"{nb.name}: parameters cell holds only assignments"
+        )
         ast.literal_eval(statement.value)  # raises for anything but a plain literal
         names.update(target.id for target in statement.targets)
     following = cells[tagged[0] + 1]
     unchecked = {name for name in names if name not in following.source}
-    assert following.cell_type == "code" and not unchecked, f"{nb.name}: the cell after the parameters does not check {unchecked}"
-    assert set(papermill.inspect_notebook(str(nb.path))) == names, "papermill must see every parameter (a comment with '=' hides one)"
+    assert following.cell_type == "code" and not unchecked, (
+        f"{nb.name}: the cell after the parameters does not check {unchecked}"
+    )
+    assert set(papermill.inspect_notebook(str(nb.path))) == names, (
+        "papermill must see every parameter (a comment with '=' hides one)"
+    )
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
@@ -49,3 +57,21 @@ def test_declares_needs_duration_and_kernel(nb):
     meta = notebook.metadata["fp4lab"]
     assert meta["needs"] in probe.NEEDS and int(meta["duration_s"]) > 0 and meta["title"]
     assert notebook.metadata["kernelspec"]["name"] == catalog.KERNEL
+
+
+_LOGIC = (ast.For, ast.AsyncFor, ast.While, ast.Try, ast.If, ast.FunctionDef, ast.ClassDef, ast.Lambda,
+          ast.ListComp, ast.SetComp, ast.DictComp, ast.GeneratorExp)  # fmt: skip
+
+
+@pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
+def test_code_cells_are_thin(nb):
+    """Notebooks narrate and call the library: no loops, branches, try/except, definitions or plotting code."""
+    for cell in nbformat.read(nb.path, as_version=4).cells:
+        if cell.cell_type != "code":
+            continue
+        tree = ast.parse(cell.source)
+        logic = sorted({type(node).__name__ for node in ast.walk(tree) if isinstance(node, _LOGIC)})
+        assert not logic, f"{nb.name}: a code cell holds {logic}; move it into lib/fp4lab"
+        assert "matplotlib" not in cell.source and "plt." not in cell.source, (
+            f"{nb.name}: plotting code in a cell"
+        )

@@ -13,7 +13,7 @@ import shutil
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from fp4lab import catalog, paths, records
+from fp4lab.core import catalog, paths, records
 
 pytestmark = pytest.mark.notebook
 SMALL = dict(tokens=16, hidden=64, heads=2, ffn=128)
@@ -22,7 +22,9 @@ RUNS = {
     "01_nvcc_subprocess_crash": SMALL,
     "02_file_io_trace": SMALL,
     "03_compiler_disable_fullgraph": SMALL,
-    "04_fullgraph_false_tradeoff": dict(scale=64, layers=2, tokens=16, backend="eager", warmup=1, iters=3),
+    "04_fullgraph_false_tradeoff": dict(
+        scale=64, layers=2, tokens=16, backend="eager", warmup=1, iters=3
+    ),
     "05_custom_op_fix": dict(backends=["eager"], layers=1, **SMALL),
     "10_decision_report": {},
 }
@@ -58,7 +60,11 @@ def test_01_reproduces_the_nvcc_subprocess_crash(story):
     assert len(rows) == 2
     for r in rows:
         v = r["values"]
-        assert (v["signature"], v["exception"], v["shows_nvcc_query"]) == ("subprocess", "torch._dynamo.exc.Unsupported", True)
+        assert (v["signature"], v["exception"], v["shows_nvcc_query"]) == (
+            "subprocess",
+            "torch._dynamo.exc.Unsupported",
+            True,
+        )
         assert v["blocker_frame"].startswith("flashinfer/jit/cpp_ext.py:")
         assert any(f.startswith("<stdlib>/subprocess.py:") for f in v["frames"])
         assert r["provenance"]["target_sm"] == "12.0"
@@ -86,7 +92,10 @@ def test_04_measures_the_tradeoff(story):
     variants = {v["variant"]: v for v in _values("04_fullgraph_false_tradeoff", "variant")}
     assert set(variants) == {"eager", "compiled_with_breaks", "compiled_fullgraph_custom_op"}
     assert variants["compiled_fullgraph_custom_op"]["graph_calls"] == 1
-    assert variants["compiled_with_breaks"]["graph_calls"] >= 4 and variants["compiled_with_breaks"]["graph_break_count"] >= 1
+    assert (
+        variants["compiled_with_breaks"]["graph_calls"] >= 4
+        and variants["compiled_with_breaks"]["graph_break_count"] >= 1
+    )
     assert all(v["matches_eager"] for v in variants.values()), "the eager backend runs the same ops"
     assert all(v["step_median_ms"] > 0 for v in variants.values())
     assert (story / "figures" / "04_fullgraph_tradeoff.png").stat().st_size > 1000
@@ -97,16 +106,30 @@ def test_05_the_fix_compiles_to_one_graph(story):
     by_kind = {r["kind"]: r["values"] for r in records.read("05_custom_op_fix")}
     assert set(by_kind["opcheck"].values()) >= {"SUCCESS"}
     fix = by_kind["fix"]
-    assert (fix["signature"], fix["graph_count"], fix["graph_break_count"], fix["bit_equal_to_eager"]) == ("ok", 1, 0, True)
+    assert (
+        fix["signature"],
+        fix["graph_count"],
+        fix["graph_break_count"],
+        fix["bit_equal_to_eager"],
+    ) == ("ok", 1, 0, True)
     assert "upstream_op" in by_kind
 
 
 def test_10_report_decides_from_the_records(story):
     html = (story / "html" / "10_decision_report.html").read_text()
-    assert "UNBLOCKED with a custom op" in html and "BLOCKED (torch.compile incompatible with FP4 JIT)" in html
+    assert (
+        "UNBLOCKED with a custom op" in html
+        and "BLOCKED (torch.compile incompatible with FP4 JIT)" in html
+    )
     assert "3/3 story crashes reproduced" in html
-    breaks = [v for v in _values("04_fullgraph_false_tradeoff", "variant") if v["variant"] == "compiled_with_breaks"][0]
-    assert f"fullgraph=False: {breaks['graph_calls']} graph runs/step for 2 layers" in html, "the report quotes this run's records"
+    breaks = [
+        v
+        for v in _values("04_fullgraph_false_tradeoff", "variant")
+        if v["variant"] == "compiled_with_breaks"
+    ][0]
+    assert f"fullgraph=False: {breaks['graph_calls']} graph runs/step for 2 layers" in html, (
+        "the report quotes this run's records"
+    )
 
 
 def _chromium() -> str | None:
@@ -128,14 +151,25 @@ def test_10_report_renders_in_headless_chromium(story):
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
             executable_path=chromium,
-            args=["--no-sandbox", "--disable-gpu", "--disable-background-networking", "--disable-component-update", "--disable-sync", "--no-first-run"],
+            args=[
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+            ],
         )
         try:
             page = browser.new_page(viewport={"width": 1400, "height": 900})
             page.goto((story / "html" / "10_decision_report.html").as_uri())
             page.screenshot(path=str(shot), full_page=True)
-            tables = page.evaluate("() => [...document.querySelectorAll('table')].map(t => t.rows.length)")
-            images = page.evaluate("() => [...document.images].map(i => i.complete && i.naturalWidth)")
+            tables = page.evaluate(
+                "() => [...document.querySelectorAll('table')].map(t => t.rows.length)"
+            )
+            images = page.evaluate(
+                "() => [...document.images].map(i => i.complete && i.naturalWidth)"
+            )
             text = page.inner_text("body")
         finally:
             browser.close()
@@ -160,4 +194,6 @@ def test_10_report_renders_in_headless_chromium(story):
 def test_bad_parameters_fail_in_the_validation_cell(run_notebook, name, bad, message):
     with pytest.raises(PapermillExecutionError, match=message) as failure:
         run_notebook(name, **bad)
-    assert failure.value.cell_index <= 3, "the error comes from the validation cell, before heavy work"
+    assert failure.value.cell_index <= 3, (
+        "the error comes from the validation cell, before heavy work"
+    )

@@ -1,4 +1,4 @@
-"""fp4lab.nvfp4, the spec: encodings, the kernel's edge cases, swizzle, error bounds, and independent peers."""
+"""fp4lab.fp4.nvfp4, the spec: encodings, the kernel's edge cases, swizzle, error bounds, and independent peers."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp4lab import nvfp4, nvfp4_crosscheck
+from fp4lab.fp4 import crosscheck, nvfp4
 
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
@@ -25,7 +25,11 @@ def test_every_code_round_trips_and_packs_even_index_low():
     assert packed[0, 0] == 0x10 and packed[1, 3] == (15 << 4 | 14)
     assert torch.equal(nvfp4.unpack_e2m1(packed), codes.view(2, 8))
     view = nvfp4.float4_view(packed)
-    assert view.dtype == torch.float4_e2m1fn_x2 and view.shape == (2, 4) and view.data_ptr() == packed.data_ptr()
+    assert (
+        view.dtype == torch.float4_e2m1fn_x2
+        and view.shape == (2, 4)
+        and view.data_ptr() == packed.data_ptr()
+    )
     with pytest.raises(ValueError, match="must be even"):
         nvfp4.pack_e2m1(torch.zeros(2, 3, dtype=torch.uint8))
 
@@ -42,25 +46,51 @@ def test_ties_go_to_the_even_code_and_neighbours_to_the_nearest(low, high):
 
 
 def test_saturation_signed_zero_and_non_finite():
-    v = torch.tensor([6.0, 6.0001, 100.0, float("inf"), -7.0, -float("inf"), -0.0, -1e-30, 1e-30, float("nan")])
+    v = torch.tensor(
+        [6.0, 6.0001, 100.0, float("inf"), -7.0, -float("inf"), -0.0, -1e-30, 1e-30, float("nan")]
+    )
     assert nvfp4.e2m1_encode(v).tolist() == [7, 7, 7, 7, 15, 15, 8, 8, 0, nvfp4.E2M1_CODE_FOR_NAN]
 
 
 def test_e4m3_scale_rounding_is_nearest_even_and_saturating():
-    values = torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()  # every finite non-negative E4M3
+    values = (
+        torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
+    )  # every finite non-negative E4M3
     assert torch.equal(nvfp4.e4m3_encode(values), torch.arange(0, 127, dtype=torch.uint8))
     lo, hi = values[:-1], values[1:]
     mid = (lo + hi) / 2  # exact in float32
-    expected_even = torch.where(torch.arange(126) % 2 == 0, torch.arange(126), torch.arange(1, 127)).to(torch.uint8)
+    expected_even = torch.where(
+        torch.arange(126) % 2 == 0, torch.arange(126), torch.arange(1, 127)
+    ).to(torch.uint8)
     assert torch.equal(nvfp4.e4m3_encode(mid), expected_even)
-    assert torch.equal(nvfp4.e4m3_encode(torch.nextafter(mid, hi)), torch.arange(1, 127, dtype=torch.uint8))
-    assert torch.equal(nvfp4.e4m3_encode(torch.nextafter(mid, lo)), torch.arange(0, 126, dtype=torch.uint8))
-    special = torch.tensor([448.0, 463.0, 464.0, 1e9, float("inf"), float("nan"), -float("nan"), 2.0**-10, 1e-30])
+    assert torch.equal(
+        nvfp4.e4m3_encode(torch.nextafter(mid, hi)), torch.arange(1, 127, dtype=torch.uint8)
+    )
+    assert torch.equal(
+        nvfp4.e4m3_encode(torch.nextafter(mid, lo)), torch.arange(0, 126, dtype=torch.uint8)
+    )
+    special = torch.tensor(
+        [448.0, 463.0, 464.0, 1e9, float("inf"), float("nan"), -float("nan"), 2.0**-10, 1e-30]
+    )
     assert nvfp4.e4m3_encode(special).tolist() == [0x7E, 0x7E, 0x7E, 0x7E, 0x7E, 0x7F, 0x7F, 0, 0]
 
 
 def test_e8m0_rounds_up_to_a_power_of_two():
-    v = torch.tensor([1.0, 1.0000001, 0.75, 2.0**-127, 1.5 * 2.0**-127, 2.0**-130, 0.0, 2.0**127, 3e38, float("inf"), float("nan")])
+    v = torch.tensor(
+        [
+            1.0,
+            1.0000001,
+            0.75,
+            2.0**-127,
+            1.5 * 2.0**-127,
+            2.0**-130,
+            0.0,
+            2.0**127,
+            3e38,
+            float("inf"),
+            float("nan"),
+        ]
+    )
     assert nvfp4.e8m0_encode_round_up(v).tolist() == [127, 128, 127, 0, 1, 0, 0, 254, 254, 254, 255]
 
 
@@ -93,7 +123,9 @@ def test_kernel_edge_cases_nvfp4():
     assert sf == 0x7F and codes == [nvfp4.E2M1_CODE_FOR_NAN] * 16
     # a single NaN is skipped by the max; that element alone gets the NaN code.
     codes, sf = _nvfp4_block([float("nan")] + [6.0] * 15)
-    assert sf == nvfp4.e4m3_encode(torch.tensor(1.0)) and codes == [nvfp4.E2M1_CODE_FOR_NAN] + [7] * 15
+    assert (
+        sf == nvfp4.e4m3_encode(torch.tensor(1.0)) and codes == [nvfp4.E2M1_CODE_FOR_NAN] + [7] * 15
+    )
 
 
 def test_kernel_edge_cases_mxfp4():
@@ -121,16 +153,22 @@ def test_swizzle_offsets_roundtrip_and_peers():
     from torch.testing._internal.common_quantized import from_blocked, to_blocked
     from torchao.prototype.mx_formats.utils import to_blocked as torchao_to_blocked
 
-    grid = torch.randint(1, 255, (300, 13), generator=torch.Generator().manual_seed(0), dtype=torch.uint8)
+    grid = torch.randint(
+        1, 255, (300, 13), generator=torch.Generator().manual_seed(0), dtype=torch.uint8
+    )
     swizzled = nvfp4.swizzle_128x4(grid)
     assert swizzled.numel() == 384 * 16
     m, k = torch.meshgrid(torch.arange(300), torch.arange(13), indexing="ij")
     assert torch.equal(swizzled[nvfp4.swizzled_offset(m, k, 13)], grid)
     assert int(swizzled.count_nonzero()) == grid.numel()  # every pad is zero
     assert torch.equal(nvfp4.unswizzle_128x4(swizzled, 300, 13), grid)
-    assert torch.equal(swizzled, to_blocked(grid)) and torch.equal(swizzled, torchao_to_blocked(grid))
+    assert torch.equal(swizzled, to_blocked(grid)) and torch.equal(
+        swizzled, torchao_to_blocked(grid)
+    )
     small = grid[:130, :5].contiguous()
-    assert torch.equal(from_blocked(torch.empty(130, 5 * 16), nvfp4.swizzle_128x4(small), 16), small)
+    assert torch.equal(
+        from_blocked(torch.empty(130, 5 * 16), nvfp4.swizzle_128x4(small), 16), small
+    )
     with pytest.raises(ValueError, match="padded to 128x4 needs"):
         nvfp4.unswizzle_128x4(swizzled[:-1], 300, 13)
 
@@ -142,14 +180,18 @@ def test_quantize_swizzle_matches_unswizzled_and_dequantize_agrees():
         codes_s, scales_s, _ = nvfp4.quantize(x, block_size=block_size, swizzle=True)
         assert torch.equal(codes, codes_s) and scales_s.dim() == 1
         plain = nvfp4.dequantize(codes, scales, gs, block_size=block_size)
-        assert torch.equal(plain, nvfp4.dequantize(codes_s, scales_s, gs, block_size=block_size, swizzle=True))
+        assert torch.equal(
+            plain, nvfp4.dequantize(codes_s, scales_s, gs, block_size=block_size, swizzle=True)
+        )
 
 
 def test_values_on_the_grid_round_trip_exactly():
     g = torch.Generator().manual_seed(1)
     grid = torch.tensor(nvfp4.E2M1_VALUES)[torch.randint(0, 16, (64, 64), generator=g)]
     grid[:, ::16] = 6.0  # every block reaches 6: SF = 2**j exactly at gs = 1
-    x = grid * 2.0 ** torch.randint(-4, 5, (64, 4), generator=g).float().repeat_interleave(16, dim=1)
+    x = grid * 2.0 ** torch.randint(-4, 5, (64, 4), generator=g).float().repeat_interleave(
+        16, dim=1
+    )
     codes, scales, gs = nvfp4.quantize(x, 1.0)
     assert torch.equal(nvfp4.dequantize(codes, scales, gs), x)
 
@@ -183,11 +225,15 @@ def _half_step(v: torch.Tensor) -> torch.Tensor:
 def test_error_is_within_half_a_step_of_the_block_scale(rows, blocks, data, dtype):
     n = rows * blocks * 16
     magnitude = data.draw(st.floats(1e-3, 1e3))
-    values = data.draw(st.lists(st.floats(-1.0, 1.0, allow_nan=False, width=32), min_size=n, max_size=n))
+    values = data.draw(
+        st.lists(st.floats(-1.0, 1.0, allow_nan=False, width=32), min_size=n, max_size=n)
+    )
     x = (torch.tensor(values).view(rows, blocks * 16) * magnitude).to(dtype)
     codes, scales, gs = nvfp4.quantize(x)
     xf = x.float()
-    block_scale = (scales.float() / gs).repeat_interleave(16, dim=1)  # dequantized value = e2m1 * block_scale
+    block_scale = (scales.float() / gs).repeat_interleave(
+        16, dim=1
+    )  # dequantized value = e2m1 * block_scale
     error = (nvfp4.dequantize(codes, scales, gs) - xf).abs()
     normal_sf = (scales.float() >= 2.0**-6).repeat_interleave(16, dim=1)
     scaled = xf.abs() / block_scale
@@ -209,32 +255,41 @@ def _bf16(distribution: str, seed: int = 0) -> torch.Tensor:
 
 def test_torchao_nvfp4_identical_on_random_inputs():
     for x in (_bf16("normal"), _bf16("heavy"), torch.randn(128, 256)):
-        comparison = nvfp4_crosscheck.compare_torchao_nvfp4(x)
+        comparison = crosscheck.compare_torchao_nvfp4(x)
         assert comparison.identical, comparison.as_record()
 
 
 def test_torch_mxfp4_identical_on_bfloat16_and_explained_on_float32():
     for x in (_bf16("normal"), _bf16("heavy")):
-        comparison = nvfp4_crosscheck.compare_torch_mxfp4(x)
+        comparison = crosscheck.compare_torch_mxfp4(x)
         assert comparison.identical, comparison.as_record()
-    f32 = nvfp4_crosscheck.compare_torch_mxfp4(torch.randn(128, 256))
-    assert f32.unexplained == 0 and set(f32.code_differences) <= {"bf16_rounding"} and not f32.scale_differences
+    f32 = crosscheck.compare_torch_mxfp4(torch.randn(128, 256))
+    assert (
+        f32.unexplained == 0
+        and set(f32.code_differences) <= {"bf16_rounding"}
+        and not f32.scale_differences
+    )
 
 
 def test_peers_differ_on_adversarial_inputs_only_for_named_conventions():
-    x = nvfp4_crosscheck.adversarial_input()
-    ao = nvfp4_crosscheck.compare_torchao_nvfp4(x)
+    x = crosscheck.adversarial_input()
+    ao = crosscheck.compare_torchao_nvfp4(x)
     assert ao.unexplained == 0, ao.as_record()
     assert ao.scale_differences["scale_floor_clamp"] > 0 and ao.code_differences["nan_policy"] > 0
-    mx = nvfp4_crosscheck.compare_torch_mxfp4(x)
+    mx = crosscheck.compare_torch_mxfp4(x)
     assert mx.unexplained == 0 and mx.code_differences["nan_policy"] > 0, mx.as_record()
-    ties = nvfp4_crosscheck.compare_torchao_nvfp4(nvfp4_crosscheck.tie_input())
+    ties = crosscheck.compare_torchao_nvfp4(crosscheck.tie_input())
     assert ties.unexplained == 0 and set(ties.code_differences) <= {"code_rounding"}
 
 
 def test_reciprocal_sensitivity_marks_exact_ties_only():
-    assert nvfp4_crosscheck.reciprocal_sensitivity(torch.randn(128, 256))["codes_that_could_move"] == 0
-    assert nvfp4_crosscheck.reciprocal_sensitivity(nvfp4_crosscheck.tie_input(), 1.0)["codes_that_could_move"] == 0
-    movable = nvfp4_crosscheck.reciprocal_sensitivity(_bf16("normal"))
+    assert crosscheck.reciprocal_sensitivity(torch.randn(128, 256))["codes_that_could_move"] == 0
+    assert (
+        crosscheck.reciprocal_sensitivity(crosscheck.tie_input(), 1.0)["codes_that_could_move"] == 0
+    )
+    movable = crosscheck.reciprocal_sensitivity(_bf16("normal"))
     assert 0 < movable["code_fraction"] < 0.01 and movable["scales_that_could_move"] == 0
-    assert nvfp4_crosscheck.reciprocal_sensitivity(_bf16("normal"), block_size=32)["codes_that_could_move"] == 0
+    assert (
+        crosscheck.reciprocal_sensitivity(_bf16("normal"), block_size=32)["codes_that_could_move"]
+        == 0
+    )

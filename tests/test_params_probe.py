@@ -5,20 +5,33 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4lab import params, probe, segment
+from fp4lab.compile import segment
+from fp4lab.core import params, probe
 
 
 @pytest.mark.parametrize(
     ("call", "message"),
     [
-        (lambda: params.choice("backend", "tvm", params.BACKENDS), r"backend='tvm' is not allowed; allowed values: eager, aot_eager, inductor"),
-        (lambda: params.choices("backends", [], params.BACKENDS), r"backends is empty; allowed values"),
-        (lambda: params.choices("backends", ["eager", "x"], params.BACKENDS), r"backends contains 'x'"),
+        (
+            lambda: params.choice("backend", "tvm", params.BACKENDS),
+            r"backend='tvm' is not allowed; allowed values: eager, aot_eager, inductor",
+        ),
+        (
+            lambda: params.choices("backends", [], params.BACKENDS),
+            r"backends is empty; allowed values",
+        ),
+        (
+            lambda: params.choices("backends", ["eager", "x"], params.BACKENDS),
+            r"backends contains 'x'",
+        ),
         (lambda: params.positive("tokens", 0), r"tokens=0 must be a positive integer"),
         (lambda: params.positive("tokens", True), r"tokens=True must be a positive integer"),
         (lambda: params.multiple_of("ffn", 40, 16), r"ffn=40 must be a multiple of 16"),
         (lambda: params.multiple_of("ffn", -16, 16), r"ffn=-16 must be a positive integer"),
-        (lambda: params.sm("target_sm", "12.5"), r"target_sm='12.5' is not a known SM; allowed values: 7.5, .*12.0"),
+        (
+            lambda: params.sm("target_sm", "12.5"),
+            r"target_sm='12.5' is not a known SM; allowed values: 7.5, .*12.0",
+        ),
         (lambda: params.sm("target_sm", "abc"), r"target_sm='abc' is not a known SM"),
         (lambda: segment.LayerShape.glm5(3), r"scale=3 is not allowed; allowed values: 1, 2, 4"),
     ],
@@ -34,15 +47,23 @@ def test_sm_accepts_both_spellings():
 
 def test_probe_matches_torch():
     m = probe.machine()
-    assert m.packages["torch"] == torch.__version__.split("+")[0] or m.packages["torch"] == torch.__version__
+    assert (
+        m.packages["torch"] == torch.__version__.split("+")[0]
+        or m.packages["torch"] == torch.__version__
+    )
     assert m.cuda_available == torch.cuda.is_available()
     assert "cpu" in m.capabilities()
     if not torch.cuda.is_available():
         assert m.device_name == "cpu" and m.sm is None and m.gpu_count == 0
         assert m.missing("gpu").startswith("no CUDA GPU")
-        assert "SM100" in m.missing("fp4-gpu") and m.missing("multi-gpu") == "needs 2 or more GPUs; this machine has 0"
+        assert (
+            "SM100" in m.missing("fp4-gpu")
+            and m.missing("multi-gpu") == "needs 2 or more GPUs; this machine has 0"
+        )
     assert m.missing("cpu") is None
-    with pytest.raises(ValueError, match="need='tpu' is not known; allowed values: cpu, gpu, fp4-gpu, multi-gpu"):
+    with pytest.raises(
+        ValueError, match="need='tpu' is not known; allowed values: cpu, gpu, fp4-gpu, multi-gpu"
+    ):
         m.missing("tpu")
 
 

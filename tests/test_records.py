@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from fp4lab import probe, records
+from fp4lab.core import probe, records
 
 
 def test_append_writes_one_line_with_provenance(isolated_outputs):
@@ -19,7 +19,17 @@ def test_append_writes_one_line_with_provenance(isolated_outputs):
     assert record == json.loads(json.dumps(written))
     assert record["values"] == {"x": 1.5, "t": [1, 2]} and record["params"] == {"p": "q"}
     prov = record["provenance"]
-    for key in ("packages", "device", "sm", "target_sm", "simulated", "git", "time_utc", "run_id", "python"):
+    for key in (
+        "packages",
+        "device",
+        "sm",
+        "target_sm",
+        "simulated",
+        "git",
+        "time_utc",
+        "run_id",
+        "python",
+    ):
         assert key in prov, key
     assert prov["packages"]["torch"] and prov["packages"]["flashinfer-python"]
     assert prov["git"]["commit"] is None or len(prov["git"]["commit"]) == 40
@@ -34,9 +44,19 @@ def test_simulation_is_recorded(isolated_outputs):
 
 
 def test_numbers_made_elsewhere_carry_their_own_target_and_packages(isolated_outputs):
-    record = records.append("nb", "kind", {}, target={"sm": "12.0", "simulated": True}, packages={"flashinfer-python": "0.6.3"})
+    record = records.append(
+        "nb",
+        "kind",
+        {},
+        target={"sm": "12.0", "simulated": True},
+        packages={"flashinfer-python": "0.6.3"},
+    )
     prov = record["provenance"]
-    assert (prov["target_sm"], prov["simulated"], prov["packages"]["flashinfer-python"]) == ("12.0", True, "0.6.3")
+    assert (prov["target_sm"], prov["simulated"], prov["packages"]["flashinfer-python"]) == (
+        "12.0",
+        True,
+        "0.6.3",
+    )
     assert prov["packages"]["torch"], "packages not overridden are this process's"
 
 
@@ -59,7 +79,9 @@ def test_concurrent_appends_never_interleave(isolated_outputs):
         pool.map(_hammer, [(str(isolated_outputs / "data"), w) for w in range(4)])
     rows = records.read("shared")
     assert len(rows) == 200
-    assert sorted((r["values"]["worker"], r["values"]["i"]) for r in rows) == [(w, i) for w in range(4) for i in range(50)]
+    assert sorted((r["values"]["worker"], r["values"]["i"]) for r in rows) == [
+        (w, i) for w in range(4) for i in range(50)
+    ]
 
 
 def test_load_keeps_the_latest_run(isolated_outputs, monkeypatch):

@@ -1,4 +1,4 @@
-"""fp4lab.server: command lines, launch/readiness/teardown with real child processes, log names, bench drivers."""
+"""fp4lab.serving.server: command lines, launch/readiness/teardown with real child processes, log names, bench drivers."""
 
 from __future__ import annotations
 
@@ -15,7 +15,9 @@ from pathlib import Path
 import pytest
 import torch
 
-from fp4lab import process, records, server, trace
+from fp4lab.compile import trace
+from fp4lab.core import process, records
+from fp4lab.serving import server
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = FIXTURES / "server_logs"
@@ -26,7 +28,9 @@ def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     """A `python` whose `-m sglang.*` runs tests/fixtures/fake_sglang.py: a real server process and real clients."""
     launcher = tmp_path / "bin" / "python"
     launcher.parent.mkdir()
-    launcher.write_text(f'#!/bin/sh\nexec "{sys.executable}" "{FIXTURES / "fake_sglang.py"}" "$@"\n')
+    launcher.write_text(
+        f'#!/bin/sh\nexec "{sys.executable}" "{FIXTURES / "fake_sglang.py"}" "$@"\n'
+    )
     launcher.chmod(0o755)
     monkeypatch.setenv("FAKE_SGLANG_WARMUP_S", "1")
     monkeypatch.setattr(process, "GRACE_S", 2.0)
@@ -34,7 +38,9 @@ def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 
 def config(python: str, **kw: object) -> server.ServerConfig:
-    return server.ServerConfig(model_path="tiny-model", port=server.free_port(), python=python, **kw)
+    return server.ServerConfig(
+        model_path="tiny-model", port=server.free_port(), python=python, **kw
+    )
 
 
 def assert_group_gone(pgid: int) -> None:
@@ -45,7 +51,12 @@ def assert_group_gone(pgid: int) -> None:
 
 
 @pytest.mark.parametrize(
-    ("pcg", "flags", "mscclpp", "sbo"), list(itertools.product([None, True, False], server.PCG_FLAG_GENERATIONS, [False, True], [False, True]))
+    ("pcg", "flags", "mscclpp", "sbo"),
+    list(
+        itertools.product(
+            [None, True, False], server.PCG_FLAG_GENERATIONS, [False, True], [False, True]
+        )
+    ),
 )
 def test_every_switch_combination_renders_the_exact_command(pcg, flags, mscclpp, sbo):
     cfg = server.ServerConfig("org/model", tp_size=4, port=31000, piecewise_cuda_graph=pcg, pcg_flags=flags,
@@ -64,7 +75,12 @@ def test_every_switch_combination_renders_the_exact_command(pcg, flags, mscclpp,
 
 def test_labels_name_the_switches_that_are_on():
     base = server.ServerConfig("m", python="python3")
-    assert [c.label for c in server.switch_matrix(base)] == ["baseline", "sbo", "mscclpp", "mscclpp+sbo"]
+    assert [c.label for c in server.switch_matrix(base)] == [
+        "baseline",
+        "sbo",
+        "mscclpp",
+        "mscclpp+sbo",
+    ]
     assert server.ServerConfig("m", piecewise_cuda_graph=False).label == "no-pcg"
 
 
@@ -76,7 +92,10 @@ def test_labels_name_the_switches_that_are_on():
         ({"port": 70000}, "port=70000 is not allowed"),
         ({"pcg_flags": "v2"}, "pcg_flags='v2' is not allowed; allowed values: current, legacy"),
         ({"extra_args": "--enable-mscclpp"}, "must be a sequence of strings"),
-        ({"extra_args": ("--enable-mscclpp",)}, "extra_args contains '--enable-mscclpp', which ServerConfig sets itself"),
+        (
+            {"extra_args": ("--enable-mscclpp",)},
+            "extra_args contains '--enable-mscclpp', which ServerConfig sets itself",
+        ),
         ({"extra_args": ("--tp=2",)}, "extra_args contains '--tp=2'"),
     ],
 )
@@ -86,7 +105,10 @@ def test_bad_configurations_are_refused_naming_the_field(kwargs, message):
 
 
 def test_detect_pcg_flags_reads_the_installed_help(tmp_path):
-    for flags, help_text in (("current", "--disable-piecewise-cuda-graph"), ("legacy", "--enable-piecewise-cuda-graph")):
+    for flags, help_text in (
+        ("current", "--disable-piecewise-cuda-graph"),
+        ("legacy", "--enable-piecewise-cuda-graph"),
+    ):
         fake = tmp_path / f"python_{flags}"
         fake.write_text(f"#!/bin/sh\necho 'usage: launch_server.py [--tp-size TP] [{help_text}]'\n")
         fake.chmod(0o755)
@@ -97,13 +119,22 @@ def test_detect_pcg_flags_reads_the_installed_help(tmp_path):
 
 
 def test_launch_waits_for_health_then_stops_the_whole_group(fake_python, tmp_path):
-    cfg = config(fake_python, enable_mscclpp=True, enable_single_batch_overlap=True, piecewise_cuda_graph=False)
+    cfg = config(
+        fake_python,
+        enable_mscclpp=True,
+        enable_single_batch_overlap=True,
+        piecewise_cuda_graph=False,
+    )
     log = tmp_path / "server.log"
     with server.launch(cfg, log, ready_timeout_s=60, poll_s=0.2) as running:
         assert server.healthy(cfg.base_url + "/health_generate")
-        assert running.ready_after_s >= 1.0, "ready before the warm-up ended: the 503 phase was not waited out"
+        assert running.ready_after_s >= 1.0, (
+            "ready before the warm-up ended: the 503 phase was not waited out"
+        )
         members = process.members(running.pid)
-        assert running.pid in members and len(members) >= 2, "the server's child should share its process group"
+        assert running.pid in members and len(members) >= 2, (
+            "the server's child should share its process group"
+        )
         with server.urllib.request.urlopen(cfg.base_url + "/argv") as response:
             assert json.load(response) == cfg.command()[3:]
     assert_group_gone(running.pid)
@@ -111,7 +142,9 @@ def test_launch_waits_for_health_then_stops_the_whole_group(fake_python, tmp_pat
     assert "fake sglang.launch_server mode=serve" in log.read_text()
 
 
-def test_a_server_that_never_becomes_ready_is_stopped_and_its_log_shown(fake_python, tmp_path, monkeypatch):
+def test_a_server_that_never_becomes_ready_is_stopped_and_its_log_shown(
+    fake_python, tmp_path, monkeypatch
+):
     monkeypatch.setenv("FAKE_SGLANG_MODE", "hang")
     cfg = config(fake_python)
     started = time.monotonic()
@@ -127,9 +160,16 @@ def test_a_server_that_never_becomes_ready_is_stopped_and_its_log_shown(fake_pyt
 def test_a_crashing_server_raises_with_the_crash_named(fake_python, tmp_path, monkeypatch):
     monkeypatch.setenv("FAKE_SGLANG_MODE", "crash")
     monkeypatch.setenv("FAKE_SGLANG_CRASH_LOG", str(LOGS / "sglang_23386_pcg_nvcc_subprocess.log"))
-    with pytest.raises(server.ServerCrashed) as caught:
-        with server.launch(config(fake_python, piecewise_cuda_graph=True), tmp_path / "crash.log", ready_timeout_s=60, poll_s=0.2):
-            pytest.fail("the body must not run for a crashed server")
+    with (
+        pytest.raises(server.ServerCrashed) as caught,
+        server.launch(
+            config(fake_python, piecewise_cuda_graph=True),
+            tmp_path / "crash.log",
+            ready_timeout_s=60,
+            poll_s=0.2,
+        ),
+    ):
+        pytest.fail("the body must not run for a crashed server")
     error = caught.value
     assert "exited with code 1 before it was ready" in str(error)
     assert [f.signature for f in error.findings] == ["subprocess", "piecewise_cuda_graph_banner"]
@@ -137,7 +177,9 @@ def test_a_crashing_server_raises_with_the_crash_named(fake_python, tmp_path, mo
     assert_group_gone(error.pid)
 
 
-def test_teardown_escalates_to_sigkill_for_a_server_ignoring_sigterm(fake_python, tmp_path, monkeypatch):
+def test_teardown_escalates_to_sigkill_for_a_server_ignoring_sigterm(
+    fake_python, tmp_path, monkeypatch
+):
     monkeypatch.setenv("FAKE_SGLANG_MODE", "stubborn")
     log = tmp_path / "stubborn.log"
     with server.launch(config(fake_python), log, ready_timeout_s=60, poll_s=0.2) as running:
@@ -147,9 +189,13 @@ def test_teardown_escalates_to_sigkill_for_a_server_ignoring_sigterm(fake_python
 
 
 def test_an_exception_in_the_body_stops_the_group(fake_python, tmp_path):
-    with pytest.raises(KeyboardInterrupt):
-        with server.launch(config(fake_python), tmp_path / "ctrl_c.log", ready_timeout_s=60, poll_s=0.2) as running:
-            raise KeyboardInterrupt  # what Ctrl-C raises in the harness
+    with (
+        pytest.raises(KeyboardInterrupt),
+        server.launch(
+            config(fake_python), tmp_path / "ctrl_c.log", ready_timeout_s=60, poll_s=0.2
+        ) as running,
+    ):
+        raise KeyboardInterrupt  # what Ctrl-C raises in the harness
     assert_group_gone(running.pid)
 
 
@@ -162,7 +208,12 @@ def test_ctrl_c_from_outside_stops_the_group(fake_python, tmp_path):
         f"with server.launch(cfg, {str(tmp_path / 'harness_server.log')!r}, 60, poll_s=0.2) as s:\n"
         "    print('PGID', s.pid, flush=True)\n    time.sleep(120)\n"
     )
-    harness = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "FAKE_SGLANG_WARMUP_S": "0"})
+    harness = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FAKE_SGLANG_WARMUP_S": "0"},
+    )
     line = harness.stdout.readline()
     assert line.startswith("PGID"), line
     pgid = int(line.split()[1])
@@ -180,7 +231,12 @@ def test_sigterm_to_the_harness_stops_the_group(fake_python, tmp_path):
         f"with server.launch(cfg, {str(tmp_path / 'term_server.log')!r}, 60, poll_s=0.2) as s:\n"
         "    print('PGID', s.pid, flush=True)\n    time.sleep(120)\n"
     )
-    harness = subprocess.Popen([sys.executable, str(script)], stdout=subprocess.PIPE, text=True, env={**os.environ, "FAKE_SGLANG_WARMUP_S": "0"})
+    harness = subprocess.Popen(
+        [sys.executable, str(script)],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "FAKE_SGLANG_WARMUP_S": "0"},
+    )
     pgid = int(harness.stdout.readline().split()[1])
     harness.terminate()
     assert harness.wait(timeout=60) == 128 + signal.SIGTERM
@@ -196,11 +252,21 @@ def test_launch_refuses_a_busy_port_before_starting_anything(fake_python, tmp_pa
     assert not (tmp_path / "second.log").exists()
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [({"ready_timeout_s": 0}, "ready_timeout_s=0"), ({"health_path": "/ready"}, "health_path='/ready'")])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"ready_timeout_s": 0}, "ready_timeout_s=0"),
+        ({"health_path": "/ready"}, "health_path='/ready'"),
+    ],
+)
 def test_launch_rejects_bad_arguments(kwargs, message, tmp_path):
-    with pytest.raises(ValueError, match=message):
-        with server.launch(server.ServerConfig("m"), tmp_path / "x.log", **{"ready_timeout_s": 10, **kwargs}):
-            pass
+    with (
+        pytest.raises(ValueError, match=message),
+        server.launch(
+            server.ServerConfig("m"), tmp_path / "x.log", **{"ready_timeout_s": 10, **kwargs}
+        ),
+    ):
+        pass
 
 
 def test_the_process_group_helpers_never_leave_a_child(tmp_path):
@@ -218,7 +284,9 @@ def test_group_survives_threads_without_installing_signal_handlers(tmp_path):
     seen = {}
 
     def body() -> None:
-        with process.group([sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "t.log") as proc:
+        with process.group(
+            [sys.executable, "-c", "import time; time.sleep(60)"], tmp_path / "t.log"
+        ) as proc:
             seen["pid"] = proc.pid
 
     worker = threading.Thread(target=body)
@@ -251,13 +319,20 @@ def test_upstream_log_excerpts_are_named(name):
 
 
 def test_the_story_log_names_the_nvcc_query_as_the_blocker():
-    [dynamo, banner] = server.classify_log((LOGS / "sglang_23386_pcg_nvcc_subprocess.log").read_text())
+    [dynamo, banner] = server.classify_log(
+        (LOGS / "sglang_23386_pcg_nvcc_subprocess.log").read_text()
+    )
     assert dynamo.is_dynamo and dynamo.blocked_in == "flashinfer/jit/cpp_ext.py:73:get_cuda_version"
     assert not banner.is_dynamo and "enabled by default" in banner.evidence
 
 
 def test_a_clean_log_shows_nothing():
-    assert server.classify_log("[2026-01-01 10:00:00] The server is fired up and ready to roll!\nINFO: 200 OK") == []
+    assert (
+        server.classify_log(
+            "[2026-01-01 10:00:00] The server is fired up and ready to roll!\nINFO: 200 OK"
+        )
+        == []
+    )
 
 
 def _subprocess_call(x):
@@ -281,7 +356,7 @@ def _calls_disabled(x):
 
 @pytest.mark.parametrize("fn", [_subprocess_call, _file_io, _calls_disabled])
 def test_log_names_agree_with_fp4lab_trace_on_real_dynamo_errors(fn):
-    """The server-log classifier and fp4lab.trace give the same name to the same dynamo failure."""
+    """The server-log classifier and fp4lab.compile.trace give the same name to the same dynamo failure."""
     import traceback
 
     x = torch.ones(4)
@@ -300,29 +375,69 @@ def test_log_names_agree_with_fp4lab_trace_on_real_dynamo_errors(fn):
 # ----------------------------------------------------------------------------- benchmark clients
 
 
-def test_bench_drivers_run_the_clients_and_record_their_rows(fake_python, tmp_path, isolated_outputs):
+def test_bench_drivers_run_the_clients_and_record_their_rows(
+    fake_python, tmp_path, isolated_outputs
+):
     cfg = config(fake_python, enable_single_batch_overlap=True)
-    with server.launch(cfg, tmp_path / "bench_server.log", ready_timeout_s=60, poll_s=0.2) as running:
+    with server.launch(
+        cfg, tmp_path / "bench_server.log", ready_timeout_s=60, poll_s=0.2
+    ) as running:
         out = tmp_path / "serving.jsonl"
         out.write_text(json.dumps({"output_throughput": 1.0, "note": "an earlier run"}) + "\n")
-        rows = server.bench_serving(running, out, num_prompts=8, input_len=32, output_len=16, max_concurrency=4, notebook="nb", record_params={"p": 1})
-        one = server.bench_one_batch(running, tmp_path / "one.jsonl", batch_sizes=(1, 4), input_len=32, output_len=8, notebook="nb")
-        cmd = server.bench_serving_command(running, out, num_prompts=8, input_len=32, output_len=16, max_concurrency=4, dataset="random-ids", seed=1)
+        rows = server.bench_serving(
+            running,
+            out,
+            num_prompts=8,
+            input_len=32,
+            output_len=16,
+            max_concurrency=4,
+            notebook="nb",
+            record_params={"p": 1},
+        )
+        one = server.bench_one_batch(
+            running,
+            tmp_path / "one.jsonl",
+            batch_sizes=(1, 4),
+            input_len=32,
+            output_len=8,
+            notebook="nb",
+        )
+        cmd = server.bench_serving_command(
+            running,
+            out,
+            num_prompts=8,
+            input_len=32,
+            output_len=16,
+            max_concurrency=4,
+            dataset="random-ids",
+            seed=1,
+        )
     assert_group_gone(running.pid)
-    assert cmd[:3] == [fake_python, "-m", "sglang.bench_serving"] and cmd[cmd.index("--base-url") + 1] == cfg.base_url
+    assert (
+        cmd[:3] == [fake_python, "-m", "sglang.bench_serving"]
+        and cmd[cmd.index("--base-url") + 1] == cfg.base_url
+    )
     assert len(rows) == 1, "only the row this run appended"
-    assert rows[0]["output_throughput"] == 8 * 16 / 2.0 and rows[0]["completed"] == 8 and rows[0]["max_concurrency"] == 4
+    assert (
+        rows[0]["output_throughput"] == 8 * 16 / 2.0
+        and rows[0]["completed"] == 8
+        and rows[0]["max_concurrency"] == 4
+    )
     assert set(rows[0]) <= set(server.SERVING_METRICS)
     assert [r["batch_size"] for r in one] == [1, 4] and one[0]["run_name"] == "sbo"
     saved = records.read("nb")
     assert [r["kind"] for r in saved] == ["bench_serving", "bench_one_batch", "bench_one_batch"]
-    assert saved[0]["values"]["enable_single_batch_overlap"] is True and saved[0]["params"] == {"p": 1}
+    assert saved[0]["values"]["enable_single_batch_overlap"] is True and saved[0]["params"] == {
+        "p": 1
+    }
     assert saved[0]["provenance"]["git"]["commit"]
 
 
 def test_a_failing_client_raises_with_its_log(fake_python, tmp_path):
     cfg = config(fake_python)
-    running = server.Server(cfg, pid=0, log_path=tmp_path / "none.log", ready_after_s=0.0)  # nothing listens: the client fails
+    running = server.Server(
+        cfg, pid=0, log_path=tmp_path / "none.log", ready_after_s=0.0
+    )  # nothing listens: the client fails
     with pytest.raises(server.BenchmarkError, match="exited with code 1"):
         server.bench_serving(running, tmp_path / "s.jsonl", num_prompts=1, timeout_s=60)
     with pytest.raises(ValueError, match="num_prompts=0 must be a positive integer"):
@@ -344,8 +459,14 @@ def test_jsonl_loading_names_the_bad_line(tmp_path):
 def test_compare_keeps_a_failed_launch_named(fake_python, tmp_path, monkeypatch, isolated_outputs):
     monkeypatch.setenv("FAKE_SGLANG_MODE", "crash")
     monkeypatch.setenv("FAKE_SGLANG_CRASH_LOG", str(LOGS / "sglang_5285_cuda_graph_oom.log"))
-    [outcome] = server.compare([config(fake_python, enable_mscclpp=True)], tmp_path, ready_timeout_s=30, num_prompts=2)
-    assert (outcome.status, outcome.findings, outcome.rows) == ("failed", ["cuda_out_of_memory"], [])
+    [outcome] = server.compare(
+        [config(fake_python, enable_mscclpp=True)], tmp_path, ready_timeout_s=30, num_prompts=2
+    )
+    assert (outcome.status, outcome.findings, outcome.rows) == (
+        "failed",
+        ["cuda_out_of_memory"],
+        [],
+    )
     assert "mscclpp server exited with code 1" in outcome.reason
 
 
@@ -356,17 +477,25 @@ def test_make_tiny_model_saves_a_model_and_tokenizer_that_load_offline(tmp_path,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    folder = server.make_tiny_model(tmp_path / "tiny", hidden=128, heads=2, kv_heads=1, intermediate=256, vocab=400)
-    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {p.name for p in folder.iterdir()}
+    folder = server.make_tiny_model(
+        tmp_path / "tiny", hidden=128, heads=2, kv_heads=1, intermediate=256, vocab=400
+    )
+    assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
+        p.name for p in folder.iterdir()
+    }
     tokenizer = AutoTokenizer.from_pretrained(folder)
     text = "MSCCLPP overlaps 42 tokens, résumé."
     ids = tokenizer(text)["input_ids"]
     assert tokenizer.decode(ids) == text, "byte-level BPE must round-trip any text"
     model = AutoModelForCausalLM.from_pretrained(folder)
     assert model.config.model_type == "llama" and model.config.head_dim == 64
-    out = model.generate(torch.tensor([ids]), max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    out = model.generate(
+        torch.tensor([ids]), max_new_tokens=4, do_sample=False, pad_token_id=tokenizer.pad_token_id
+    )
     assert out.shape == (1, len(ids) + 4)
-    assert model.config.vocab_size == len(tokenizer) and model.config.max_position_embeddings == 4096
+    assert (
+        model.config.vocab_size == len(tokenizer) and model.config.max_position_embeddings == 4096
+    )
 
 
 def test_make_tiny_model_refuses_bad_shapes(tmp_path):

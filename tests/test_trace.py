@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from fp4lab import trace
+from fp4lab.compile import trace
 
 
 def calls_subprocess(x):
@@ -110,7 +110,9 @@ def test_fullgraph_false_counts_graphs_and_breaks_with_explain():
     assert outcome.signature == "ok"
     assert (outcome.graph_count, outcome.graph_break_count) == (2, 1)
     assert outcome.graph_calls == 2
-    assert outcome.break_reasons[0].startswith("Skip calling `torch.compiler.disable()`d function at test_trace.py:")
+    assert outcome.break_reasons[0].startswith(
+        "Skip calling `torch.compiler.disable()`d function at test_trace.py:"
+    )
     assert torch.equal(outcome.output, calls_disabled(X))
 
 

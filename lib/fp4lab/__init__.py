@@ -1,17 +1,19 @@
 """fp4lab: re-runnable evidence on serving optimizations for FP4-quantized models.
 
-Modules, one concern each: probe (what this machine has), trace (torch.compile
-outcomes named from dynamo's own words), flashinfer_path (the story staged on the
-installed FlashInfer), nvfp4 (FP4 numerics), segment (the transformer pieces under
-test), params (notebook parameter checks), records (results with provenance),
-report (decision table and figures), catalog (which notebooks run where),
-process (child process groups that never outlive their harness), distributed (ranks
-under torchrun and the driver that runs it), collectives (allreduce sweeps), overlap
-(the single-batch-overlap microbenchmark), server (SGLang launch, logs, benchmarks).
+Subpackages, one concern each (docs/architecture.md has the map):
+core (paths, records, parameters, timing, child processes, machine probe, notebook catalog),
+compile (torch.compile outcomes, the story staged on FlashInfer, the fix, version matrix),
+fp4 (FP4 numerics, kernels, cross-checks, error and speed), comm (torchrun, allreduce,
+overlap), serving (SGLang launch, logs, benchmarks) and report (figures, decision table).
+
+Importing fp4lab changes nothing; ``fp4lab.setup()`` points every cache into build/.
 """
 
-from fp4lab.paths import set_cache_defaults
-
-set_cache_defaults()
-
 __version__ = "0.1.0"
+
+
+def setup() -> None:
+    """Point every dependency's cache into the repository's build/cache (call before importing torch)."""
+    from fp4lab.core.paths import use_build_caches
+
+    use_build_caches()

@@ -1,0 +1,100 @@
+"""Plots of the compile concern: the fullgraph trade-off and the FlashInfer version matrix."""
+
+from __future__ import annotations
+
+
+def plot_tradeoff(rows: list[dict]) -> object:
+    """Median step time per variant (error bars p10-p90), compiled-graph runs per step on each bar."""
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(7, 3.6))
+    names = [r["variant"] for r in rows]
+    medians = [r["step_median_ms"] for r in rows]
+    errors = [
+        [m - r["step_p10_ms"] for m, r in zip(medians, rows)],
+        [r["step_p90_ms"] - m for m, r in zip(medians, rows)],
+    ]
+    bars = ax.bar(
+        names, medians, yerr=errors, capsize=4, color=["0.6", "tab:red", "tab:green"][: len(rows)]
+    )
+    for bar, r in zip(bars, rows):
+        label = "no graphs" if r["variant"] == "eager" else f"{r['graph_calls']} graph runs/step"
+        ax.annotate(
+            label,
+            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
+            ha="center",
+            va="bottom",
+            fontsize=8,
+            xytext=(0, 3),
+            textcoords="offset points",
+        )
+    first = rows[0]
+    ax.set_ylabel("ms per step (median)")
+    ax.set_title(f"{first['layers']} FP4 layers, {first['kernel']} quantize kernel", fontsize=10)
+    ax.margins(y=0.2)
+    fig.tight_layout()
+    return fig
+
+
+def plot_version_matrix(rows: list[dict]) -> object:
+    """Versions down, blocker-chain steps across, each cell named by the blocker met; the op column last."""
+    import matplotlib.pyplot as plt
+
+    signatures = [
+        "device_check",
+        "subprocess",
+        "non_tensor_torch_op",
+        "unsupported_other",
+        "file_io",
+        "ok",
+        "runtime_error",
+    ]
+    colours = dict(
+        zip(
+            signatures,
+            ["#bbbbbb", "#d62728", "#9467bd", "#8c564b", "#ff7f0e", "#2ca02c", "#e377c2"],
+        )
+    )
+    steps = max((len(r["chain"]) for r in rows), default=1)
+    fig, ax = plt.subplots(figsize=(1.9 * (steps + 1) + 1.5, 0.55 * len(rows) + 1.2))
+    for y, r in enumerate(rows):
+        for x, c in enumerate(r["chain"]):
+            ax.add_patch(
+                plt.Rectangle((x, y), 0.95, 0.9, color=colours.get(c["signature"], "#cccccc"))
+            )
+            ax.text(
+                x + 0.47,
+                y + 0.45,
+                c["signature"].replace("_", " "),
+                ha="center",
+                va="center",
+                fontsize=7,
+            )
+        present = r["upstream_op"].get("present") and r["upstream_op"].get("signature") == "ok"
+        ax.add_patch(
+            plt.Rectangle((steps, y), 0.95, 0.9, color="#2ca02c" if present else "#eeeeee")
+        )
+        ax.text(
+            steps + 0.47,
+            y + 0.45,
+            "upstream op: 1 graph"
+            if present
+            else ("absent" if r["env"] != "failed" else "not measured"),
+            ha="center",
+            va="center",
+            fontsize=7,
+        )
+    ax.set_xlim(0, steps + 1)
+    ax.set_ylim(len(rows), 0)
+    ax.set_yticks([y + 0.45 for y in range(len(rows))], [r["version"] for r in rows])
+    ax.set_xticks(
+        [x + 0.47 for x in range(steps + 1)], [f"step {x}" for x in range(steps)] + ["fix shipped?"]
+    )
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    ax.set_title(
+        "public flashinfer.fp4_quantize under fullgraph=True: blocker met at each step", fontsize=10
+    )
+    fig.tight_layout()
+    return fig

@@ -1,0 +1,101 @@
+"""Tables of trace outcomes, blocker chains and the version matrix, in dynamo's own words."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+import pandas as pd
+
+
+def _as_record(outcome: object) -> dict:
+    return outcome.as_record() if hasattr(outcome, "as_record") else dict(outcome)
+
+
+def outcome_table(outcome: object) -> pd.DataFrame:
+    """One trace outcome as a two-column table, in dynamo's own words."""
+    r = _as_record(outcome)
+    rows = [
+        ("signature", r["signature"]),
+        ("status", r["status"]),
+        ("exception", r["exception"]),
+        ("dynamo says", r["message"]),
+        *(("explanation", line) for line in r["explanation"]),
+        *(("hint", line) for line in r["hints"]),
+        ("skipped builtin", r["skipped_builtin"]),
+        ("blocked in", r["blocker_frame"]),
+        ("frames show the nvcc query", r["shows_nvcc_query"]),
+        ("graphs / breaks", f"{r['graph_count']} / {r['graph_break_count']}"),
+        ("seconds", round(r["seconds"], 2)),
+    ]
+    return pd.DataFrame(rows, columns=["field", "value"]).set_index("field")
+
+
+def frames_table(outcome: object) -> pd.DataFrame:
+    """The user-code frames dynamo reported, outermost first."""
+    frames = _as_record(outcome)["frames"]
+    return pd.DataFrame([f.rsplit(":", 2) for f in frames], columns=["file", "line", "function"])
+
+
+def chain_table(rows: Iterable[dict]) -> pd.DataFrame:
+    """The blocker chain: one row per attempt, the stage applied before it and what stopped it."""
+    return pd.DataFrame(
+        [
+            {
+                "step": r["step"],
+                "stage applied": r["stage"],
+                "origin": r["origin"],
+                "story": r["story"],
+                "blocker": r["signature"],
+                "dynamo says": r["message"],
+                "builtin": r["skipped_builtin"] or "",
+                "blocked in": r["blocker_frame"],
+                "seconds": round(r["seconds"], 2),
+            }
+            for r in rows
+        ]
+    ).set_index("step")
+
+
+def _chain_text(chain: list[dict]) -> str:
+    """``a [cpu_artefact] → b [story] → c``: each blocker with the origin of the stage that removed it."""
+    removed_by = [f" [{after['origin']}]" for after in chain[1:]] + [""]
+    return " → ".join(here["signature"] + tag for here, tag in zip(chain, removed_by))
+
+
+def version_table(rows: list[dict]) -> pd.DataFrame:
+    """The version matrix: each FlashInfer version's blockers in order, upstream op, and verdict."""
+
+    def op(found: dict) -> str:
+        if not found.get("present", True):
+            return "absent"
+        return (
+            f"{found.get('signature')}, {found.get('graph_count')} graph"
+            if found
+            else "not measured"
+        )
+
+    return pd.DataFrame(
+        [
+            {
+                "version": r["version"],
+                "environment": f"{r['env']} ({r['install_seconds']:.0f} s)"
+                + (f": {r['error']}" if r["error"] else ""),
+                "flashinfer wheel MB": round(r["wheel_bytes"] / 2**20, 1)
+                if r["wheel_bytes"]
+                else None,
+                "env GB": round(r["env_bytes"] / 2**30, 2) if r["env_bytes"] else None,
+                "blockers in order [origin of the patch that removed it]": _chain_text(r["chain"]),
+                "story patches needed": ", ".join(r["story_patches_needed"]) or "-",
+                "import on CPU torch": "needed simulated device properties"
+                if r.get("import_staging")
+                else "plain",
+                "torch.ops.flashinfer.fp4_quantize": op(r["upstream_op"])
+                if r["env"] != "failed"
+                else "",
+                "fp4lab custom op": op(r["fp4lab_op"]) if r["env"] != "failed" else "",
+                "verdict": r["verdict"],
+                "story's decision holds": r["story_decision_holds"],
+            }
+            for r in rows
+        ]
+    ).set_index("version")

@@ -1,0 +1,76 @@
+"""Checks for notebook parameters: each failure names the parameter and what is allowed.
+
+Notebooks call these in the cell right after their ``parameters`` cell, so a wrong
+value stops the run before any heavy work starts.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Iterable
+
+import torch
+
+KNOWN_SMS = ((7, 5), (8, 0), (8, 6), (8, 9), (9, 0), (10, 0), (10, 3), (11, 0), (12, 0), (12, 1))
+"""Compute capabilities FlashInfer builds kernels for (Turing to Blackwell)."""
+
+BACKENDS = ("eager", "aot_eager", "inductor")
+
+
+def choice(name: str, value: object, allowed: Collection) -> None:
+    """``value`` must be one of ``allowed``."""
+    if value not in allowed:
+        raise ValueError(
+            f"{name}={value!r} is not allowed; allowed values: {', '.join(map(str, allowed))}"
+        )
+
+
+def choices(name: str, values: Iterable, allowed: Collection) -> None:
+    """Every item of ``values`` must be one of ``allowed``, and there must be at least one."""
+    values = list(values)
+    if not values:
+        raise ValueError(f"{name} is empty; allowed values: {', '.join(map(str, allowed))}")
+    for value in values:
+        if value not in allowed:
+            raise ValueError(
+                f"{name} contains {value!r}; allowed values: {', '.join(map(str, allowed))}"
+            )
+
+
+def positive(name: str, value: object) -> None:
+    """``value`` must be an int greater than zero."""
+    if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+        raise ValueError(f"{name}={value!r} must be a positive integer")
+
+
+def multiple_of(name: str, value: int, base: int) -> None:
+    """``value`` must be a positive multiple of ``base``."""
+    positive(name, value)
+    if value % base:
+        raise ValueError(f"{name}={value} must be a multiple of {base}")
+
+
+def sm(name: str, value: object) -> tuple[int, int]:
+    """A compute capability given as [major, minor] or "12.0"; returns it as a tuple."""
+    allowed = ", ".join(f"{a}.{b}" for a, b in KNOWN_SMS)
+    try:
+        pair = tuple(int(p) for p in (value.split(".") if isinstance(value, str) else value))
+    except (TypeError, ValueError):
+        pair = None
+    if pair not in KNOWN_SMS:
+        raise ValueError(f"{name}={value!r} is not a known SM; allowed values: {allowed}")
+    return pair
+
+
+DEVICES = ("auto", "cpu", "cuda")
+
+
+def device(name: str, value: str) -> torch.device:
+    """auto -> cuda when torch sees a GPU, else cpu; cuda without a GPU is an error naming the parameter."""
+    choice(name, value, DEVICES)
+    if value == "cuda" and not torch.cuda.is_available():
+        raise ValueError(
+            f"{name}='cuda' is not allowed here: torch sees no CUDA GPU; allowed values: auto, cpu"
+        )
+    if value == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    return torch.device(value)

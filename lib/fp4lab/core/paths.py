@@ -1,0 +1,53 @@
+"""Where fp4lab reads and writes: the repository's data/, figures/ and ignored build/ folders.
+
+``use_build_caches()`` points every cache a dependency would put in the home directory into build/cache
+(call it before torch or FlashInfer is imported), so a run leaves nothing outside the checkout.
+Set FP4LAB_DATA_DIR / FP4LAB_FIGURES_DIR / FP4LAB_BUILD_DIR to redirect (tests do).
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+REPO_ROOT = Path(__file__).resolve().parents[3]
+NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+
+_CACHE_VARIABLES = {
+    "TORCHINDUCTOR_CACHE_DIR": "inductor",
+    "FLASHINFER_WORKSPACE_BASE": "flashinfer",
+    "MPLCONFIGDIR": "matplotlib",
+    "TRITON_CACHE_DIR": "triton",
+    "XDG_CACHE_HOME": "xdg",
+    "HF_HOME": "huggingface",
+    "IPYTHONDIR": "ipython",
+}
+
+
+def build_dir() -> Path:
+    """The ignored folder for executed notebooks, HTML, environments and caches."""
+    return Path(os.environ.get("FP4LAB_BUILD_DIR", REPO_ROOT / "build"))
+
+
+def data_dir() -> Path:
+    """Where result records (JSON lines) live."""
+    return Path(os.environ.get("FP4LAB_DATA_DIR", REPO_ROOT / "data"))
+
+
+def figures_dir() -> Path:
+    """Where measured figures are written."""
+    return Path(os.environ.get("FP4LAB_FIGURES_DIR", REPO_ROOT / "figures"))
+
+
+def disk_bytes(path: Path) -> int:
+    """Bytes on disk of every regular file below ``path`` (links not followed)."""
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def use_build_caches() -> None:
+    """Point every known cache into build/cache unless the caller chose a place already."""
+    cache = build_dir() / "cache"
+    for variable, sub in _CACHE_VARIABLES.items():
+        if variable not in os.environ:
+            os.environ[variable] = str(cache / sub)
+            Path(os.environ[variable]).mkdir(parents=True, exist_ok=True)

@@ -1,0 +1,203 @@
+"""Child processes that never outlive their harness: servers, torchrun, benchmark clients.
+
+Every child starts in its own process group (its own session), writes stdout and
+stderr to a log file, and is stopped as a whole group: SIGTERM to the group, a grace
+period, then SIGKILL to whatever is left, then a check that no member is still alive.
+``group`` does that on normal exit, on an exception, on Ctrl-C, and (in the main
+thread) on SIGTERM to the harness, which it turns into ``SystemExit`` so cleanup runs.
+A SIGKILL of the harness itself cannot be caught; nothing here claims otherwise.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import signal
+import subprocess
+import threading
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+GRACE_S = 10.0
+"""How long a group gets between SIGTERM and SIGKILL."""
+
+_PROC = Path("/proc")
+
+
+def members(pgid: int) -> list[int]:
+    """Live (not zombie) processes whose process group is ``pgid``."""
+    if not _PROC.is_dir():  # no procfs: ask the kernel whether the group exists at all
+        try:
+            os.killpg(pgid, 0)
+        except ProcessLookupError:
+            return []
+        except PermissionError:
+            pass
+        return [pgid]
+    alive = []
+    for entry in _PROC.iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:  # the process ended while we looked
+            continue
+        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+            alive.append(int(entry.name))
+    return sorted(alive)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    with contextlib.suppress(ProcessLookupError):
+        os.killpg(pgid, sig)
+
+
+def _wait_empty(proc: subprocess.Popen, seconds: float) -> bool:
+    deadline = time.monotonic() + seconds
+    while True:
+        proc.poll()  # reap the leader as soon as it exits
+        if not members(proc.pid):
+            return True
+        if time.monotonic() >= deadline:
+            return False
+        time.sleep(0.05)
+
+
+def stop(proc: subprocess.Popen, grace_s: float | None = None) -> None:
+    """Stop the whole process group led by ``proc`` (SIGTERM, then SIGKILL after ``grace_s``, default GRACE_S).
+
+    Raises RuntimeError if any member survives SIGKILL.
+    """
+    pgid = proc.pid
+    _signal_group(pgid, signal.SIGTERM)
+    if not _wait_empty(proc, GRACE_S if grace_s is None else grace_s):
+        _signal_group(pgid, signal.SIGKILL)
+        _wait_empty(proc, 5.0)
+    with contextlib.suppress(subprocess.TimeoutExpired):
+        proc.wait(timeout=5.0)
+    left = members(pgid)
+    if left:
+        raise RuntimeError(f"process group {pgid} survived SIGKILL: pids {left}")
+
+
+def spawn(
+    cmd: Sequence[str],
+    log_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> subprocess.Popen:
+    """Start ``cmd`` in a new session (its own process group), stdout and stderr appended to ``log_path``."""
+    log_path = Path(log_path)
+    log_path.parent.mkdir(parents=True, exist_ok=True)
+    with open(log_path, "ab") as log:
+        return subprocess.Popen(
+            [str(c) for c in cmd],
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+            env=env,
+            cwd=cwd,
+        )
+
+
+@contextlib.contextmanager
+def sigterm_raises() -> Iterator[None]:
+    """While active (main thread only), SIGTERM raises SystemExit so ``finally`` blocks run."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum: int, frame: object) -> None:
+        raise SystemExit(128 + signum)
+
+    previous = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+@contextlib.contextmanager
+def group(
+    cmd: Sequence[str],
+    log_path: Path,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Iterator[subprocess.Popen]:
+    """Run ``cmd`` as a process group for the duration of the block; the group is stopped on any exit."""
+    with sigterm_raises():
+        proc = spawn(cmd, log_path, env=env, cwd=cwd)
+        try:
+            yield proc
+        finally:
+            stop(proc)
+
+
+@dataclass(frozen=True)
+class Finished:
+    """How a child process group ended."""
+
+    command: tuple[str, ...]
+    pid: int  # also the process group id: every process the command started was in it
+    returncode: int | None
+    timed_out: bool
+    seconds: float
+    log_path: Path
+
+    @property
+    def ok(self) -> bool:
+        return self.returncode == 0 and not self.timed_out
+
+    def describe(self) -> str:
+        how = (
+            f"timed out after {self.seconds:.0f} s and was stopped"
+            if self.timed_out
+            else f"exited with code {self.returncode}"
+        )
+        return f"{Path(self.command[0]).name} {' '.join(self.command[1:3])} ... {how} (log: {self.log_path})"
+
+
+def run(
+    cmd: Sequence[str],
+    log_path: Path,
+    timeout_s: float,
+    *,
+    env: dict[str, str] | None = None,
+    cwd: Path | None = None,
+) -> Finished:
+    """Run ``cmd`` to completion or until ``timeout_s``; the group is stopped either way."""
+    if not timeout_s > 0:
+        raise ValueError(f"timeout_s={timeout_s!r} must be a positive number of seconds")
+    started = time.monotonic()
+    with group(cmd, log_path, env=env, cwd=cwd) as proc:
+        try:
+            returncode, timed_out = proc.wait(timeout=timeout_s), False
+        except subprocess.TimeoutExpired:
+            returncode, timed_out = None, True
+    return Finished(
+        tuple(str(c) for c in cmd),
+        proc.pid,
+        returncode,
+        timed_out,
+        time.monotonic() - started,
+        Path(log_path),
+    )
+
+
+def tail(path: Path, lines: int = 30) -> str:
+    """The last ``lines`` lines of a log file ('' when it does not exist)."""
+    path = Path(path)
+    if not path.exists():
+        return ""
+    with open(path, "rb") as f:
+        f.seek(0, os.SEEK_END)
+        f.seek(max(0, f.tell() - 256 * 1024))
+        text = f.read().decode(errors="replace")
+    return "\n".join(text.splitlines()[-lines:])

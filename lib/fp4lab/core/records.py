@@ -1,0 +1,165 @@
+"""Results as JSON lines with provenance: the only hand-off between notebooks.
+
+One line per result in ``data/<notebook>.jsonl``::
+
+    {"notebook", "kind", "run_id", "values": {...}, "params": {...}, "provenance": {...}}
+
+Provenance holds package versions, device and SM, the target SM and whether it was
+simulated, the git commit (and whether the tree was dirty), and the UTC time. Appends
+are one ``write`` on an ``O_APPEND`` descriptor under an exclusive lock, so concurrent
+writers never interleave and a crash never leaves half a line behind.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import fcntl
+import functools
+import json
+import os
+import subprocess
+import uuid
+from pathlib import Path
+
+import pandas as pd
+
+from fp4lab import __version__
+from fp4lab.core import paths, probe
+
+RUN_ID = os.environ.get("FP4LAB_RUN_ID") or uuid.uuid4().hex[:12]
+"""Identifies one execution (one notebook kernel, one benchmark process)."""
+
+
+@functools.cache
+def git_state() -> dict:
+    """The commit of the checkout and whether it had uncommitted changes outside data/."""
+
+    def git(*args: str) -> str | None:
+        try:
+            done = subprocess.run(
+                ["git", *args], cwd=paths.REPO_ROOT, capture_output=True, text=True, timeout=10
+            )
+        except (OSError, subprocess.TimeoutExpired):
+            return None
+        return done.stdout.strip() if done.returncode == 0 else None
+
+    status = git("status", "--porcelain", "--", ".", ":(exclude)data", ":(exclude)figures")
+    return {
+        "commit": git("rev-parse", "HEAD"),
+        "dirty": bool(status) if status is not None else None,
+    }
+
+
+def provenance(target: dict | None = None, packages: dict | None = None) -> dict:
+    """Everything a number depends on besides its parameters.
+
+    ``target`` ({"sm", "simulated"}) and ``packages`` override what this process sees, for
+    numbers made elsewhere (a child process in another environment) or earlier (inside a
+    simulation that has ended).
+    """
+    m = probe.machine()
+    target = target or probe.target()
+    return {
+        "fp4lab": __version__,
+        "python": m.python,
+        "packages": {**m.packages, **(packages or {})},
+        "torch_cuda": m.torch_cuda,
+        "device": m.device_name,
+        "gpu_count": m.gpu_count,
+        "sm": f"{m.sm[0]}.{m.sm[1]}" if m.sm else None,
+        "target_sm": target["sm"],
+        "simulated": target["simulated"],
+        "git": git_state(),
+        "time_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "run_id": RUN_ID,
+    }
+
+
+def _jsonable(value: object) -> object:
+    if hasattr(value, "tolist"):  # numpy and torch scalars/arrays
+        return value.tolist()
+    if isinstance(value, (set, frozenset, tuple)):
+        return list(value)
+    if isinstance(value, Path):
+        return str(value)
+    raise TypeError(f"cannot record a value of type {type(value).__name__}")
+
+
+def append(
+    notebook: str,
+    kind: str,
+    values: dict,
+    params: dict | None = None,
+    *,
+    target: dict | None = None,
+    packages: dict | None = None,
+) -> dict:
+    """Append one result to ``data/<notebook>.jsonl`` atomically; returns the record written."""
+    record = {
+        "notebook": notebook,
+        "kind": kind,
+        "run_id": RUN_ID,
+        "values": values,
+        "params": params or {},
+        "provenance": provenance(target, packages),
+    }
+    line = (json.dumps(record, default=_jsonable, sort_keys=True) + "\n").encode()
+    path = paths.data_dir() / f"{notebook}.jsonl"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        written = os.write(fd, line)
+        if written != len(line):
+            raise OSError(f"short write to {path}: {written} of {len(line)} bytes")
+    finally:
+        os.close(fd)
+    return record
+
+
+def read(notebook: str) -> list[dict]:
+    """Every record of one notebook, oldest first; [] when it has none."""
+    path = paths.data_dir() / f"{notebook}.jsonl"
+    if not path.exists():
+        return []
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def latest(notebook: str) -> list[dict]:
+    """The records of the run that wrote last to one notebook's file, oldest first; [] when none."""
+    rows = read(notebook)
+    return [r for r in rows if r["run_id"] == rows[-1]["run_id"]] if rows else []
+
+
+def load(notebook: str | None = None, *, latest_run: bool = True) -> pd.DataFrame:
+    """Records as a flat DataFrame (``values.*``, ``params.*``, ``provenance.*`` columns).
+
+    With ``latest_run`` only the newest run of each notebook is kept, so a table never
+    mixes an old run's numbers with a new one's.
+    """
+    names = [notebook] if notebook else sorted(p.stem for p in paths.data_dir().glob("*.jsonl"))
+    rows = [r for name in names for r in (latest(name) if latest_run else read(name))]
+    return pd.json_normalize(rows, max_level=1) if rows else pd.DataFrame()
+
+
+class Recorder:
+    """One notebook run's writer: every record it appends carries the same notebook name and parameters."""
+
+    def __init__(self, notebook: str, params: dict) -> None:
+        self.notebook = notebook
+        self.params = params
+
+    def add(self, kind: str, values: dict, **provenance_overrides: dict) -> dict:
+        """Append one record of ``kind`` (``target=`` / ``packages=`` override the provenance)."""
+        return append(self.notebook, kind, values, self.params, **provenance_overrides)
+
+    def add_all(self, kind: str, rows: list[dict]) -> list[dict]:
+        """Append one record of ``kind`` per row; returns the rows."""
+        for row in rows:
+            self.add(kind, row)
+        return rows
+
+    def skip(self, check: str, reason: str) -> None:
+        """Say plainly that a check did not run here, and record it as skipped with the reason."""
+        print(f"SKIPPED {check}: {reason}")
+        self.add("skipped", {"check": check, "status": "skipped", "reason": reason})

@@ -1,0 +1,142 @@
+"""Quantize throughput against the memory-copy line, measured in one run (benchmarks/nvfp4_throughput.py, notebook 06).
+
+GB/s are bytes of *input* per second. The copy line is ``x.clone()`` of the same tensor (it
+reads x, allocates and writes a copy, as a kernel returning new tensors does), timed before
+and after the kernels of a shape so a busy machine shows in both; the ratio uses their mean.
+``copy_into_gbps`` is a copy into a preallocated buffer, the allocator taken out: on a CPU
+the two differ by whether fresh pages are faulted in, which moves the line severalfold. Peak memory is the most bytes allocated during one
+call beyond its input: the CUDA caching allocator's peak on a GPU, the running sum of the
+profiler's allocation events on a CPU.
+"""
+
+from __future__ import annotations
+
+import itertools
+from collections.abc import Callable
+
+import torch
+
+from fp4lab.core import probe, timing
+from fp4lab.fp4 import flashinfer_kernel, kernels, nvfp4
+
+DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
+CPU_GOAL = 0.25
+"""Compiled quantize at 25% or more of the copy bandwidth on a CPU."""
+GPU_GOAL = 0.70
+"""A fused kernel at 70% or more of device-to-device copy bandwidth on a GPU (H200)."""
+
+
+def candidates(
+    device: torch.device, block_size: int
+) -> tuple[dict[str, Callable[[torch.Tensor], object]], dict[str, str]]:
+    """The quantize kernels that run on ``device``, and the skipped ones with the reason."""
+    run: dict[str, Callable] = {
+        "compiled": lambda x: kernels.compiled_quantize(x, block_size=block_size, swizzle=True)
+    }
+    skipped: dict[str, str] = {}
+    if device.type == "cpu":
+        run["eager"] = lambda x: nvfp4.quantize(x, block_size=block_size, swizzle=True)
+        skipped["triton"] = "Triton's CPU interpreter measures nothing about speed"
+        skipped["flashinfer"] = "FlashInfer's kernel needs an SM100+ GPU"
+        return run, skipped
+    reason = kernels.triton_available()
+    if reason:
+        skipped["triton"] = reason
+    else:
+        run["triton"] = lambda x: kernels.triton_quantize(x, block_size=block_size, swizzle=True)
+        run["triton_approx_rcp"] = lambda x: kernels.triton_quantize(
+            x, block_size=block_size, swizzle=True, approx_rcp=True
+        )
+    if torch.cuda.get_device_capability(device) >= probe.FP4_MIN_SM:
+        gs = torch.ones(1, device=device)
+        run["flashinfer"] = lambda x: flashinfer_kernel.flashinfer_quantize(
+            x, None if block_size == 32 else gs, block_size=block_size
+        )
+    else:
+        skipped["flashinfer"] = (
+            f"FlashInfer's FP4 quantize needs SM100+; this GPU is SM{''.join(map(str, torch.cuda.get_device_capability(device)))}"
+        )
+    return run, skipped
+
+
+def peak_bytes(fn: Callable, x: torch.Tensor) -> int:
+    """Most bytes allocated at once during ``fn(x)``, beyond what was allocated before."""
+    if x.device.type == "cuda":
+        torch.cuda.synchronize(x.device)
+        before = torch.cuda.memory_allocated(x.device)
+        torch.cuda.reset_peak_memory_stats(x.device)
+        fn(x)
+        torch.cuda.synchronize(x.device)
+        return torch.cuda.max_memory_allocated(x.device) - before
+    from torch.profiler import ProfilerActivity, profile
+
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        fn(x)
+    events = sorted(
+        (e for e in prof.profiler.kineto_results.events() if e.name() == "[memory]"),
+        key=lambda e: e.start_ns(),
+    )
+    return max(itertools.accumulate((e.nbytes() for e in events), initial=0))
+
+
+def throughput(
+    shapes: list[tuple[int, int]],
+    *,
+    device: torch.device,
+    dtype: torch.dtype = torch.bfloat16,
+    block_sizes: tuple[int, ...] = (16,),
+    warmup: int = 2,
+    iters: int = 5,
+    seed: int = 0,
+) -> tuple[list[dict], dict[str, str]]:
+    """One row per (shape, block_size, kernel): ms, GB/s, copy GB/s, ratio, peak bytes; and what was skipped."""
+    rows, skipped = [], {}
+    generator = torch.Generator().manual_seed(seed)
+    for (m, k), block_size in itertools.product(shapes, block_sizes):
+        nvfp4.check_block_size(block_size)
+        if k % block_size:
+            raise ValueError(f"shape [{m}, {k}]: K must be a multiple of block_size={block_size}")
+        x = torch.randn(m, k, generator=generator).to(device=device, dtype=dtype)
+        nbytes = x.numel() * x.element_size()
+        run, skipped_here = candidates(device, block_size)
+        skipped.update(skipped_here)
+        copy_before = timing.measure(torch.clone, x, warmup=warmup, iters=iters, device=device)
+        measured = {
+            name: timing.measure(fn, x, warmup=warmup, iters=iters, device=device)
+            for name, fn in run.items()
+        }
+        copy_after = timing.measure(torch.clone, x, warmup=warmup, iters=iters, device=device)
+        copy_into = timing.measure(
+            torch.empty_like(x).copy_, x, warmup=warmup, iters=iters, device=device
+        )
+        copy_ms = (copy_before["median_ms"] + copy_after["median_ms"]) / 2
+        copy_gbps = nbytes / copy_ms / 1e6
+        for name, t in measured.items():
+            gbps = nbytes / t["median_ms"] / 1e6
+            rows.append(
+                {
+                    "device": device.type,
+                    "M": m,
+                    "K": k,
+                    "dtype": str(dtype).removeprefix("torch."),
+                    "block_size": block_size,
+                    "kernel": name,
+                    "median_ms": t["median_ms"],
+                    "p10_ms": t["p10_ms"],
+                    "p90_ms": t["p90_ms"],
+                    "gbps": gbps,
+                    "copy_ms_before": copy_before["median_ms"],
+                    "copy_ms_after": copy_after["median_ms"],
+                    "copy_gbps": copy_gbps,
+                    "ratio_to_copy": gbps / copy_gbps,
+                    "copy_into_gbps": nbytes / copy_into["median_ms"] / 1e6,
+                    "peak_bytes": peak_bytes(run[name], x),
+                    "input_bytes": nbytes,
+                }
+            )
+    return rows, skipped
+
+
+def goal_for(device: torch.device) -> tuple[str, float]:
+    """Which kernel the speed goal is about on this device, and the ratio to copy it asks for."""
+    return ("compiled", CPU_GOAL) if device.type == "cpu" else ("triton_approx_rcp", GPU_GOAL)

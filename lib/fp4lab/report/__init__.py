@@ -1,0 +1,1 @@
+"""Reporting: figure provenance and the decision table built from records. Runs nothing."""

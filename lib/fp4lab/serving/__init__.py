@@ -1,0 +1,2 @@
+"""SGLang serving: server configuration, launch, readiness and teardown, log classification,
+benchmark drivers and a tiny local model."""
