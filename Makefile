@@ -34,10 +34,10 @@ CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR
 .PHONY: reproduce test lint lab list matrix gpu venv clean
 
 reproduce: $(STAMP)
-	$(PY) -m fp4lab.core.catalog reproduce --notebooks "$(NOTEBOOKS)"
+	$(PY) -m fp4lab.core.runner reproduce --notebooks "$(NOTEBOOKS)"
 
 matrix: $(STAMP)
-	$(PY) -m fp4lab.core.catalog reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
+	$(PY) -m fp4lab.core.runner reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
 
 gpu: $(STAMP)
 	PY=$(PY) bash scripts/gpu.sh
@@ -53,7 +53,7 @@ lab: $(STAMP)
 	$(PY) -m jupyter lab --notebook-dir=notebooks
 
 list: $(STAMP)
-	$(PY) -m fp4lab.core.catalog list
+	$(PY) -m fp4lab.core.runner list
 
 venv: $(STAMP)
 

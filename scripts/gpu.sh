@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # make gpu: run what one GPU can run of notebooks 04-08, with GPU-sized parameters.
 #
-# Each notebook runs through `python -m fp4lab.core.catalog reproduce` (records with provenance
+# Each notebook runs through `python -m fp4lab.core.runner reproduce` (records with provenance
 # in data/, executed copies and HTML in build/), one call per notebook so each gets its own
 # parameters and its own time budget. The budgets add up to 540 s: on one H200 the whole
 # script finishes within 10 minutes, and a notebook over its budget is stopped and reported
@@ -28,7 +28,7 @@ started=$SECONDS
 step() {
   local budget=$1 notebook=$2
   shift 2
-  local cmd=("$PY" -m fp4lab.core.catalog reproduce --notebooks "$notebook" "$@")
+  local cmd=("$PY" -m fp4lab.core.runner reproduce --notebooks "$notebook" "$@")
   if [[ -n "${DRY_RUN:-}" ]]; then
     echo "${cmd[*]}"
     return

@@ -10,7 +10,7 @@ import fp4lab
 
 fp4lab.setup()  # caches into build/ before torch is imported by any test module
 
-from fp4lab.core import catalog, records
+from fp4lab.core import catalog, records, runner  # noqa: E402
 
 
 @pytest.fixture
@@ -27,7 +27,7 @@ def run_notebook(isolated_outputs: Path):
 
     def run(name: str, **parameters: object) -> tuple[list[dict], Path]:
         (nb,) = [n for n in catalog.notebooks() if n.name == name]
-        executed = catalog.execute(nb, isolated_outputs / "executed", parameters)
+        executed = runner.execute(nb, isolated_outputs / "executed", parameters)
         return records.read(name), executed
 
     return run

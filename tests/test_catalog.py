@@ -6,7 +6,7 @@ import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from fp4lab.core import catalog, probe, records
+from fp4lab.core import catalog, probe, records, runner
 
 
 def test_select_by_name_or_number():
@@ -55,7 +55,7 @@ def test_reproduce_runs_the_rest_after_a_failure_and_reports_it(
     _notebook(folder, "02_passes", "x = 1")
     _notebook(folder, "03_needs_gpus", "x = 1", needs="multi-gpu")
     monkeypatch.setenv("FP4LAB_BUILD_DIR", str(isolated_outputs / "build"))
-    assert catalog.reproduce("", folder=folder) == 1
+    assert runner.reproduce("", folder=folder) == 1
     status = {r["values"]["notebook"]: r["values"] for r in records.read("reproduce")}
     assert status["01_fails"]["status"] == "failed" and "deliberate" in status["01_fails"]["reason"]
     assert status["02_passes"]["status"] == "ran"
@@ -71,7 +71,7 @@ def test_reproduce_runs_the_rest_after_a_failure_and_reports_it(
 
 
 def test_cli_rejects_unknown_notebooks_before_running(capsys):
-    assert catalog.main(["reproduce", "--notebooks", "nope"]) == 2
+    assert runner.main(["reproduce", "--notebooks", "nope"]) == 2
     assert "allowed values" in capsys.readouterr().err
 
 
@@ -87,4 +87,4 @@ def test_parameters_are_parsed_and_checked_before_running():
         ValueError,
         match=r"--param nope: no selected notebook has such a parameter; allowed values: .*versions",
     ):
-        catalog.reproduce("09", parameters={"nope": 1})
+        runner.reproduce("09", parameters={"nope": 1})

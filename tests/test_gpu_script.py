@@ -31,7 +31,7 @@ def test_the_plan_covers_04_to_08_with_declared_parameters():
     planned = []
     for line in done.stdout.splitlines():
         words = shlex.split(line)
-        assert words[1:5] == ["-m", "fp4lab.core.catalog", "reproduce", "--notebooks"]
+        assert words[1:5] == ["-m", "fp4lab.core.runner", "reproduce", "--notebooks"]
         number, rest = words[5], words[6:]
         names = {
             rest[i + 1].split("=", 1)[0] for i in range(0, len(rest), 2) if rest[i] == "--param"

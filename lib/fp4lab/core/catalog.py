@@ -1,22 +1,12 @@
-"""Which notebooks exist, what each needs, and running those this machine can run.
+"""Which notebooks exist, what each needs, and which of them this machine can run.
 
 Each notebook declares in its metadata ``fp4lab: {title, needs, duration_s, story}``
-(as pytorch/tutorials declares hardware and duration per tutorial). ``reproduce``
-executes, in order, every notebook whose needs the machine meets, through papermill,
-writes the executed copy and an HTML export with code hidden to build/, records every
-notebook's status (ran, failed, skipped and why) in data/reproduce.jsonl, and exits
-non-zero at the end if any runnable notebook failed.
-
-    python -m fp4lab.core.catalog reproduce [--notebooks 01,05] [--param NAME=VALUE ...] [--no-html]
-    python -m fp4lab.core.catalog list
+(as pytorch/tutorials declares hardware and duration per tutorial); core.runner executes them.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
-import sys
-import time
 from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
@@ -108,151 +98,6 @@ def parse_parameters(items: list[str]) -> dict:
     return parsed
 
 
-def execute(nb: Notebook, out_dir: Path, parameters: dict | None = None) -> Path:
-    """Run one notebook through papermill into ``out_dir``; raises on a failing cell."""
-    import papermill
-
-    out_dir.mkdir(parents=True, exist_ok=True)
-    executed = out_dir / nb.path.name
-    papermill.execute_notebook(
-        str(nb.path),
-        str(executed),
-        parameters=parameters or {},
-        kernel_name=KERNEL,
-        progress_bar=False,
-        cwd=str(nb.path.parent),
-    )
-    return executed
-
-
-def export_html(executed: Path, out_dir: Path) -> Path:
-    """The executed notebook as HTML with code cells hidden: a report, not a program."""
-    from nbconvert import HTMLExporter
-
-    exporter = HTMLExporter(
-        exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True
-    )
-    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
-    out_dir.mkdir(parents=True, exist_ok=True)
-    html = out_dir / executed.with_suffix(".html").name
-    html.write_text(body)
-    return html
-
-
-def reproduce(
-    spec: str = "",
-    html: bool = True,
-    folder: Path = paths.NOTEBOOKS_DIR,
-    parameters: dict | None = None,
-) -> int:
-    """Run every selected notebook the machine can run; 0 when none of them failed.
-
-    ``parameters`` go to each selected notebook that declares them; one that no selected
-    notebook declares is an error, raised before anything runs.
-    """
-    chosen = select(spec, notebooks(folder))
-    parameters = parameters or {}
-    declared = {nb.name: declared_parameters(nb) for nb in chosen} if parameters else {}
-    unknown = set(parameters) - set().union(*declared.values()) if parameters else set()
-    if unknown:
-        allowed = sorted(set().union(*declared.values()))
-        raise ValueError(
-            f"--param {', '.join(sorted(unknown))}: no selected notebook has such a parameter; allowed values: {', '.join(allowed)}"
-        )
-    steps = plan(chosen)
-    executed_dir, html_dir = paths.build_dir() / "executed", paths.build_dir() / "html"
-    failed = []
-    for index, (nb, skip) in enumerate(steps, 1):
-        head = f"[{index}/{len(steps)}] {nb.name} (needs {nb.needs}, ~{nb.duration_s} s)"
-        if skip:
-            print(f"{head}: SKIPPED: {skip}", flush=True)
-            records.append(
-                "reproduce",
-                "notebook",
-                {
-                    "notebook": nb.name,
-                    "needs": nb.needs,
-                    "status": "skipped",
-                    "reason": skip,
-                    "seconds": 0.0,
-                },
-            )
-            continue
-        print(f"{head} ...", flush=True)
-        started = time.perf_counter()
-        status, reason = "ran", ""
-        try:
-            executed = execute(
-                nb,
-                executed_dir,
-                {k: v for k, v in parameters.items() if k in declared.get(nb.name, ())},
-            )
-            if html:
-                export_html(executed, html_dir)
-        except Exception as exc:  # one failing notebook must not stop the others
-            status, reason = (
-                "failed",
-                f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}",
-            )
-            failed.append(nb.name)
-        seconds = time.perf_counter() - started
-        print(f"    {status.upper()} in {seconds:.1f} s {reason}", flush=True)
-        records.append(
-            "reproduce",
-            "notebook",
-            {
-                "notebook": nb.name,
-                "needs": nb.needs,
-                "status": status,
-                "reason": reason,
-                "seconds": round(seconds, 2),
-            },
-        )
-    if failed:
-        print(
-            f"{len(failed)} runnable notebook(s) failed: {', '.join(failed)}; executed copies in {executed_dir}",
-            file=sys.stderr,
-        )
-        return 1
-    print(f"done: executed notebooks in {executed_dir}" + (f", HTML in {html_dir}" if html else ""))
-    return 0
-
-
-def main(argv: list[str] | None = None) -> int:
-    paths.use_build_caches()
-    parser = argparse.ArgumentParser(
-        prog="python -m fp4lab.core.catalog", description=__doc__.splitlines()[0]
-    )
-    sub = parser.add_subparsers(dest="command", required=True)
-    run = sub.add_parser("reproduce", help="run every notebook this machine can run")
-    run.add_argument(
-        "--notebooks", default="", help="comma list of notebook names or numbers (default: all)"
-    )
-    run.add_argument(
-        "--param",
-        action="append",
-        default=[],
-        metavar="NAME=VALUE",
-        help="a notebook parameter (repeatable)",
-    )
-    run.add_argument("--no-html", action="store_true", help="skip the HTML export")
-    sub.add_parser("list", help="list the notebooks, their needs and whether they run here")
-    args = parser.parse_args(argv)
-    if args.command == "list":
-        for nb, skip in plan(notebooks()):
-            print(
-                f"{nb.name:34} needs {nb.needs:9} ~{nb.duration_s:>4} s  {'skip: ' + skip if skip else 'runs here'}"
-            )
-        return 0
-    try:
-        return reproduce(
-            args.notebooks, html=not args.no_html, parameters=parse_parameters(args.param)
-        )
-    except ValueError as exc:
-        print(f"error: {exc}", file=sys.stderr)
-        return 2
-
-
 def machine_table(machine: probe.Machine) -> pd.DataFrame:
     """What this machine has, one row per fact."""
     m = machine.as_dict()
@@ -279,5 +124,13 @@ def plan_table(steps: Iterable[tuple]) -> pd.DataFrame:
     ).set_index("notebook")
 
 
-if __name__ == "__main__":
-    sys.exit(main())
+def record_plan(
+    chosen: list[Notebook], machine: probe.Machine, rec: records.Recorder
+) -> pd.DataFrame:
+    """The plan for ``chosen`` on ``machine`` as a table; the machine and each row are recorded."""
+    table = plan_table(plan(chosen, machine))
+    rec.add(
+        "machine", {"machine": machine.as_dict(), "capabilities": sorted(machine.capabilities())}
+    )
+    rec.add_all("plan", table.reset_index().to_dict("records"))
+    return table

@@ -1,4 +1,4 @@
-"""The decision report: the story's todo list re-decided from the records in data/.
+"""The decision table: the story's todo list re-decided from the records in data/.
 
 Nothing here runs an experiment; every number shown comes from a record."""
 
@@ -8,14 +8,7 @@ import pandas as pd
 
 from fp4lab.core import paths, records
 from fp4lab.report.figures import provenance_line
-
-STORY_STEPS = (
-    ("msg 988", "01_nvcc_subprocess_crash", "attempt"),
-    ("msg 992", "02_file_io_trace", "verdict"),
-    ("msgs 1002/1009", "03_compiler_disable_fullgraph", "attempt"),
-)
-"""The story's three crashes: its message, the notebook that replays it, the record kind that holds the verdict."""
-
+from fp4lab.report.story import of_kind, story_table
 
 ALTERNATIVES = (
     (
@@ -26,44 +19,6 @@ ALTERNATIVES = (
     ("MSCCLPP allreduce", "07_mscclpp_allreduce", "Tier 1, tested next"),
     ("Single Batch Overlap", "08_single_batch_overlap", "Tier 1, tested next"),
 )
-
-
-def _of_kind(rows: list[dict], kind: str) -> list[dict]:
-    return [r for r in rows if r["kind"] == kind]
-
-
-def story_table() -> pd.DataFrame:
-    """Each crash of the story: what it said, what this run observed, and whether they agree."""
-    table = []
-    for message, notebook, kind in STORY_STEPS:
-        found = _of_kind(records.latest(notebook), kind)
-        if not found:
-            table.append(
-                {
-                    "story": message,
-                    "notebook": notebook,
-                    "reproduced": "no record: the notebook did not run",
-                }
-            )
-            continue
-        r = found[0]
-        v = r["values"]
-        table.append(
-            {
-                "story": message,
-                "notebook": notebook,
-                "expected": v["expected_signature"],
-                "observed": v["signature"],
-                "reproduced": "yes"
-                if v["signature"] == v["expected_signature"]
-                else "NO: upstream behaviour changed",
-                "dynamo says": v.get("message"),
-                "blocked in": v.get("blocker_frame"),
-                "seconds": round(v["seconds"], 2),
-                "target": f"SM{r['provenance']['target_sm']} ({'simulated' if r['provenance']['simulated'] else 'real'})",
-            }
-        )
-    return pd.DataFrame(table).set_index("story")
 
 
 def _reproduce_status() -> dict[str, dict]:
@@ -82,8 +37,8 @@ def _not_run(notebook: str, status: dict[str, dict]) -> str:
 
 
 def _pcg_row(status: dict[str, dict]) -> dict:
-    fixes = _of_kind(records.latest("05_custom_op_fix"), "fix")
-    upstream = _of_kind(records.latest("05_custom_op_fix"), "upstream_op")
+    fixes = of_kind(records.latest("05_custom_op_fix"), "fix")
+    upstream = of_kind(records.latest("05_custom_op_fix"), "upstream_op")
     story = story_table()
     reproduced = (story["reproduced"] == "yes").sum() if "reproduced" in story else 0
     evidence = [f"{reproduced}/3 story crashes reproduced from FlashInfer's code (notebooks 01-03)"]
@@ -103,20 +58,22 @@ def _pcg_row(status: dict[str, dict]) -> dict:
         u = upstream[0]["values"]
         fi = upstream[0]["provenance"]["packages"].get("flashinfer-python")
         evidence.append(
-            f"torch.ops.flashinfer.fp4_quantize in flashinfer {fi}: {u['signature']}, {u.get('graph_count')} graph"
+            f"torch.ops.flashinfer.fp4_quantize in flashinfer {fi}: {u['signature']}, "
+            f"{u.get('graph_count')} graph"
             if u.get("present")
             else f"flashinfer {fi} ships no torch.ops.flashinfer.fp4_quantize"
         )
-    matrix = _of_kind(records.latest("09_version_matrix"), "summary")
+    matrix = of_kind(records.latest("09_version_matrix"), "summary")
     if matrix:
         m = matrix[-1]["values"]
         evidence.append(
-            f"version matrix ({', '.join(m['versions_measured'])}): the story's decision holds up to "
-            f"{m['story_decision_holds_up_to'] or 'none of them'}; the upstream op removes the blocker from {m['upstream_op_unblocks_from'] or 'none of them'}"
+            f"version matrix ({', '.join(m['versions_measured'])}): the story's decision holds "
+            f"up to {m['story_decision_holds_up_to'] or 'none of them'}; the upstream op removes "
+            f"the blocker from {m['upstream_op_unblocks_from'] or 'none of them'}"
         )
     variants = {
         r["values"]["variant"]: r
-        for r in _of_kind(records.latest("04_fullgraph_false_tradeoff"), "variant")
+        for r in of_kind(records.latest("04_fullgraph_false_tradeoff"), "variant")
     }
     if len(variants) == 3:
         eager, breaks, fixed = (
@@ -125,9 +82,9 @@ def _pcg_row(status: dict[str, dict]) -> dict:
         )
         device = variants["eager"]["provenance"]["device"]
         measured = (
-            f"fullgraph=False: {breaks['graph_calls']} graph runs/step for {breaks['layers']} layers vs 1 with the fix; "
-            f"step time on {device}: fix {fixed['step_median_ms']:.2f} ms, with breaks {breaks['step_median_ms']:.2f} ms, "
-            f"eager {eager['step_median_ms']:.2f} ms"
+            f"fullgraph=False: {breaks['graph_calls']} graph runs/step for {breaks['layers']} "
+            f"layers vs 1 with the fix; step time on {device}: fix {fixed['step_median_ms']:.2f} ms, "
+            f"with breaks {breaks['step_median_ms']:.2f} ms, eager {eager['step_median_ms']:.2f} ms"
         )
         graphs = fixed.get("cuda_graph_capture", "")
         measured += (

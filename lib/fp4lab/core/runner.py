@@ -1,0 +1,179 @@
+"""Running the notebooks this machine can run, in order, through papermill.
+
+``reproduce`` executes every selected notebook whose needs the machine meets, writes the
+executed copy and an HTML export with code hidden to build/, records every notebook's status
+(ran, failed, skipped and why) in data/reproduce.jsonl, and exits non-zero at the end if any
+runnable notebook failed.
+
+    python -m fp4lab.core.runner reproduce [--notebooks 01,05] [--param NAME=VALUE ...] [--no-html]
+    python -m fp4lab.core.runner list
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+
+import nbformat
+
+from fp4lab.core import paths, records
+from fp4lab.core.catalog import (
+    KERNEL,
+    Notebook,
+    declared_parameters,
+    notebooks,
+    parse_parameters,
+    plan,
+    select,
+)
+
+
+def execute(nb: Notebook, out_dir: Path, parameters: dict | None = None) -> Path:
+    """Run one notebook through papermill into ``out_dir``; raises on a failing cell."""
+    import papermill
+
+    out_dir.mkdir(parents=True, exist_ok=True)
+    executed = out_dir / nb.path.name
+    papermill.execute_notebook(
+        str(nb.path),
+        str(executed),
+        parameters=parameters or {},
+        kernel_name=KERNEL,
+        progress_bar=False,
+        cwd=str(nb.path.parent),
+    )
+    return executed
+
+
+def export_html(executed: Path, out_dir: Path) -> Path:
+    """The executed notebook as HTML with code cells hidden: a report, not a program."""
+    from nbconvert import HTMLExporter
+
+    exporter = HTMLExporter(
+        exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True
+    )
+    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+    out_dir.mkdir(parents=True, exist_ok=True)
+    html = out_dir / executed.with_suffix(".html").name
+    html.write_text(body)
+    return html
+
+
+def reproduce(
+    spec: str = "",
+    html: bool = True,
+    folder: Path = paths.NOTEBOOKS_DIR,
+    parameters: dict | None = None,
+) -> int:
+    """Run every selected notebook the machine can run; 0 when none of them failed.
+
+    ``parameters`` go to each selected notebook that declares them; one that no selected
+    notebook declares is an error, raised before anything runs.
+    """
+    chosen = select(spec, notebooks(folder))
+    parameters = parameters or {}
+    declared = {nb.name: declared_parameters(nb) for nb in chosen} if parameters else {}
+    unknown = set(parameters) - set().union(*declared.values()) if parameters else set()
+    if unknown:
+        allowed = sorted(set().union(*declared.values()))
+        raise ValueError(
+            f"--param {', '.join(sorted(unknown))}: no selected notebook has such a parameter; allowed values: {', '.join(allowed)}"
+        )
+    steps = plan(chosen)
+    executed_dir, html_dir = paths.build_dir() / "executed", paths.build_dir() / "html"
+    failed = []
+    for index, (nb, skip) in enumerate(steps, 1):
+        head = f"[{index}/{len(steps)}] {nb.name} (needs {nb.needs}, ~{nb.duration_s} s)"
+        if skip:
+            print(f"{head}: SKIPPED: {skip}", flush=True)
+            records.append(
+                "reproduce",
+                "notebook",
+                {
+                    "notebook": nb.name,
+                    "needs": nb.needs,
+                    "status": "skipped",
+                    "reason": skip,
+                    "seconds": 0.0,
+                },
+            )
+            continue
+        print(f"{head} ...", flush=True)
+        started = time.perf_counter()
+        status, reason = "ran", ""
+        try:
+            executed = execute(
+                nb,
+                executed_dir,
+                {k: v for k, v in parameters.items() if k in declared.get(nb.name, ())},
+            )
+            if html:
+                export_html(executed, html_dir)
+        except Exception as exc:  # one failing notebook must not stop the others
+            status, reason = (
+                "failed",
+                f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}",
+            )
+            failed.append(nb.name)
+        seconds = time.perf_counter() - started
+        print(f"    {status.upper()} in {seconds:.1f} s {reason}", flush=True)
+        records.append(
+            "reproduce",
+            "notebook",
+            {
+                "notebook": nb.name,
+                "needs": nb.needs,
+                "status": status,
+                "reason": reason,
+                "seconds": round(seconds, 2),
+            },
+        )
+    if failed:
+        print(
+            f"{len(failed)} runnable notebook(s) failed: {', '.join(failed)}; executed copies in {executed_dir}",
+            file=sys.stderr,
+        )
+        return 1
+    print(f"done: executed notebooks in {executed_dir}" + (f", HTML in {html_dir}" if html else ""))
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    paths.use_build_caches()
+    parser = argparse.ArgumentParser(
+        prog="python -m fp4lab.core.runner", description=__doc__.splitlines()[0]
+    )
+    sub = parser.add_subparsers(dest="command", required=True)
+    run = sub.add_parser("reproduce", help="run every notebook this machine can run")
+    run.add_argument(
+        "--notebooks", default="", help="comma list of notebook names or numbers (default: all)"
+    )
+    run.add_argument(
+        "--param",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="a notebook parameter (repeatable)",
+    )
+    run.add_argument("--no-html", action="store_true", help="skip the HTML export")
+    sub.add_parser("list", help="list the notebooks, their needs and whether they run here")
+    args = parser.parse_args(argv)
+    if args.command == "list":
+        for nb, skip in plan(notebooks()):
+            print(
+                f"{nb.name:34} needs {nb.needs:9} ~{nb.duration_s:>4} s  {'skip: ' + skip if skip else 'runs here'}"
+            )
+        return 0
+    try:
+        return reproduce(
+            args.notebooks, html=not args.no_html, parameters=parse_parameters(args.param)
+        )
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,81 @@
+"""The story's replay in the report: each crash, the blocker chain, the fullgraph=False cost.
+
+Nothing here runs an experiment; every section is drawn from the newest records in data/."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+from fp4lab.compile import plots as compile_plots
+from fp4lab.compile import tables
+from fp4lab.core import records
+from fp4lab.report.figures import annotate_provenance
+
+STORY_STEPS = (
+    ("msg 988", "01_nvcc_subprocess_crash", "attempt"),
+    ("msg 992", "02_file_io_trace", "verdict"),
+    ("msgs 1002/1009", "03_compiler_disable_fullgraph", "attempt"),
+)
+"""The story's three crashes: its message, the notebook that replays it, the record kind that holds the verdict."""
+
+
+def of_kind(rows: list[dict], kind: str) -> list[dict]:
+    """The records of one kind."""
+    return [r for r in rows if r["kind"] == kind]
+
+
+def target_text(prov: dict) -> str:
+    """``SM12.0 (simulated)``: the target a record was made for, and whether it was real."""
+    return f"SM{prov['target_sm']} ({'simulated' if prov['simulated'] else 'real'})"
+
+
+def story_table() -> pd.DataFrame:
+    """Each crash of the story: what it said, what this run observed, and whether they agree."""
+    table = []
+    for message, notebook, kind in STORY_STEPS:
+        found = of_kind(records.latest(notebook), kind)
+        if not found:
+            table.append(
+                {
+                    "story": message,
+                    "notebook": notebook,
+                    "reproduced": "no record: the notebook did not run",
+                }
+            )
+            continue
+        r = found[0]
+        v = r["values"]
+        table.append(
+            {
+                "story": message,
+                "notebook": notebook,
+                "expected": v["expected_signature"],
+                "observed": v["signature"],
+                "reproduced": "yes"
+                if v["signature"] == v["expected_signature"]
+                else "NO: upstream behaviour changed",
+                "dynamo says": v.get("message"),
+                "blocked in": v.get("blocker_frame"),
+                "seconds": round(v["seconds"], 2),
+                "target": target_text(r["provenance"]),
+            }
+        )
+    return pd.DataFrame(table).set_index("story")
+
+
+def blocker_chain() -> pd.DataFrame | str:
+    """Notebook 02's blocker chain on the installed FlashInfer, or why there is none."""
+    chain = [r["values"] for r in of_kind(records.latest("02_file_io_trace"), "chain_step")]
+    return tables.chain_table(chain) if chain else "notebook 02 has no records: run make reproduce"
+
+
+def fullgraph_false_figure() -> object | None:
+    """Notebook 04's trade-off redrawn from its records (with their provenance); None, said, if none."""
+    rows = records.latest("04_fullgraph_false_tradeoff")
+    variants = [r["values"] for r in of_kind(rows, "variant")]
+    if not variants:
+        print("notebook 04 has no records: run make reproduce")
+        return None
+    fig = compile_plots.plot_tradeoff(variants)
+    annotate_provenance(fig, rows[-1]["provenance"])
+    return fig
