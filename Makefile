@@ -3,6 +3,7 @@
 #   make reproduce NOTEBOOKS=01,05        only these notebooks (names or numbers)
 #   make reproduce TORCH=torch==2.14.1    another torch build (a CUDA one on a GPU machine)
 #   make matrix VERSIONS=0.6.3,0.7.4      the FlashInfer version matrix (notebook 09), then the report
+#   make benchmarks [BENCH_ARGS=--cold]  the speed goals (story timing, quantize throughput) into data/
 #   make gpu TORCH=<a CUDA torch>         notebooks 04-08 sized for one GPU (within 10 min on an H200)
 
 PYTHON   ?= python3
@@ -31,7 +32,12 @@ export PYTHONUNBUFFERED      := 1
 CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
           $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR)
 
-.PHONY: reproduce test lint lab list matrix gpu venv clean
+.PHONY: reproduce test lint lab list matrix gpu benchmarks venv clean
+
+# The make targets write results to the committed data/ and figures/; interactive sessions
+# (make lab, a notebook run by hand) write to build/data and build/figures.
+reproduce matrix gpu benchmarks: export FP4LAB_DATA_DIR := $(abspath data)
+reproduce matrix gpu benchmarks: export FP4LAB_FIGURES_DIR := $(abspath figures)
 
 reproduce: $(STAMP)
 	$(PY) -m fp4lab.core.runner reproduce --notebooks "$(NOTEBOOKS)"
@@ -41,6 +47,10 @@ matrix: $(STAMP)
 
 gpu: $(STAMP)
 	PY=$(PY) bash scripts/gpu.sh
+
+benchmarks: $(STAMP)
+	$(PY) benchmarks/story_timing.py --reproduce $(BENCH_ARGS)
+	$(PY) benchmarks/nvfp4_throughput.py
 
 test: lint
 	$(PY) -m pytest

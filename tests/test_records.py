@@ -8,7 +8,7 @@ import os
 
 import pytest
 
-from fp4lab.core import probe, records
+from fp4lab.core import paths, probe, records
 
 
 def test_append_writes_one_line_with_provenance(isolated_outputs):
@@ -94,3 +94,36 @@ def test_load_keeps_the_latest_run(isolated_outputs, monkeypatch):
     assert list(frame["values.v"]) == [2, 3]
     assert len(records.load("nb", latest_run=False)) == 3
     assert records.load("missing").empty
+
+
+def test_interactive_runs_write_under_build_and_read_committed_records(tmp_path, monkeypatch):
+    monkeypatch.delenv("FP4LAB_DATA_DIR", raising=False)
+    monkeypatch.delenv("FP4LAB_FIGURES_DIR", raising=False)
+    monkeypatch.setenv("FP4LAB_BUILD_DIR", str(tmp_path / "build"))
+    committed = tmp_path / "committed"
+    committed.mkdir()
+    (committed / "nb_old.jsonl").write_text(json.dumps({"run_id": "r0", "kind": "k"}) + "\n")
+    monkeypatch.setattr(paths, "COMMITTED_DATA", committed)
+    assert paths.figures_dir() == tmp_path / "build" / "figures"
+    records.append("nb_new", "kind", {"x": 1})
+    assert (tmp_path / "build" / "data" / "nb_new.jsonl").exists()
+    assert not (committed / "nb_new.jsonl").exists(), "an interactive run never writes data/"
+    assert [r["kind"] for r in records.read("nb_old")] == ["k"], "the report still sees data/"
+    monkeypatch.setenv("FP4LAB_DATA_DIR", str(tmp_path / "elsewhere"))
+    assert records.read("nb_old") == [], "an explicit folder is the only one read"
+
+
+def test_recorder_adds_with_its_notebook_and_parameters(isolated_outputs, capsys):
+    rec = records.Recorder("nb", {"p": 1})
+    rec.add("one", {"x": 1})
+    assert rec.add_all("row", [{"i": 0}, {"i": 1}]) == [{"i": 0}, {"i": 1}]
+    rec.skip("gpu_check", "no CUDA GPU")
+    rows = records.read("nb")
+    assert [r["kind"] for r in rows] == ["one", "row", "row", "skipped"]
+    assert all(r["params"] == {"p": 1} and r["notebook"] == "nb" for r in rows)
+    assert rows[-1]["values"] == {
+        "check": "gpu_check",
+        "status": "skipped",
+        "reason": "no CUDA GPU",
+    }
+    assert "SKIPPED gpu_check: no CUDA GPU" in capsys.readouterr().out

@@ -2,7 +2,8 @@
 
 ``use_build_caches()`` points every cache a dependency would put in the home directory into build/cache
 (call it before torch or FlashInfer is imported), so a run leaves nothing outside the checkout.
-Set FP4LAB_DATA_DIR / FP4LAB_FIGURES_DIR / FP4LAB_BUILD_DIR to redirect (tests do).
+Records and figures go to build/ unless FP4LAB_DATA_DIR / FP4LAB_FIGURES_DIR say otherwise:
+the make targets point them at the committed data/ and figures/, tests at temporary folders.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 NOTEBOOKS_DIR = REPO_ROOT / "notebooks"
+COMMITTED_DATA = REPO_ROOT / "data"
 
 _CACHE_VARIABLES = {
     "TORCHINDUCTOR_CACHE_DIR": "inductor",
@@ -30,13 +32,23 @@ def build_dir() -> Path:
 
 
 def data_dir() -> Path:
-    """Where result records (JSON lines) live."""
-    return Path(os.environ.get("FP4LAB_DATA_DIR", REPO_ROOT / "data"))
+    """Where result records (JSON lines) are written: build/data unless FP4LAB_DATA_DIR says.
+
+    The make targets point it at the committed data/; an interactive session writes to the
+    ignored build/ folder, so exploring never changes the committed results.
+    """
+    return Path(os.environ.get("FP4LAB_DATA_DIR", build_dir() / "data"))
 
 
 def figures_dir() -> Path:
-    """Where measured figures are written."""
-    return Path(os.environ.get("FP4LAB_FIGURES_DIR", REPO_ROOT / "figures"))
+    """Where measured figures are written: build/figures unless FP4LAB_FIGURES_DIR says."""
+    return Path(os.environ.get("FP4LAB_FIGURES_DIR", build_dir() / "figures"))
+
+
+def record_files() -> dict[str, Path]:
+    """Each notebook's record file by name: data_dir()'s, else (interactively) the committed one."""
+    folders = [data_dir()] if "FP4LAB_DATA_DIR" in os.environ else [COMMITTED_DATA, data_dir()]
+    return {p.stem: p for folder in folders for p in sorted(folder.glob("*.jsonl"))}
 
 
 def disk_bytes(path: Path) -> int:

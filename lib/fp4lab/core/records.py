@@ -118,9 +118,9 @@ def append(
 
 
 def read(notebook: str) -> list[dict]:
-    """Every record of one notebook, oldest first; [] when it has none."""
-    path = paths.data_dir() / f"{notebook}.jsonl"
-    if not path.exists():
+    """Every record of one notebook, oldest first; [] when it has none (see paths.record_files)."""
+    path = paths.record_files().get(notebook)
+    if path is None:
         return []
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
@@ -137,7 +137,7 @@ def load(notebook: str | None = None, *, latest_run: bool = True) -> pd.DataFram
     With ``latest_run`` only the newest run of each notebook is kept, so a table never
     mixes an old run's numbers with a new one's.
     """
-    names = [notebook] if notebook else sorted(p.stem for p in paths.data_dir().glob("*.jsonl"))
+    names = [notebook] if notebook else sorted(paths.record_files())
     rows = [r for name in names for r in (latest(name) if latest_run else read(name))]
     return pd.json_normalize(rows, max_level=1) if rows else pd.DataFrame()
 

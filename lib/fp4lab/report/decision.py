@@ -139,7 +139,7 @@ def decision_table() -> pd.DataFrame:
 
 def provenance_table() -> pd.DataFrame:
     """Each notebook with records: where its newest run's numbers came from."""
-    names = sorted(p.stem for p in paths.data_dir().glob("*.jsonl"))
+    names = sorted(paths.record_files())
     rows = [
         (name, provenance_line(records.latest(name)[-1]["provenance"]))
         for name in names
