@@ -79,7 +79,8 @@ def reproduce(
     if unknown:
         allowed = sorted(set().union(*declared.values()))
         raise ValueError(
-            f"--param {', '.join(sorted(unknown))}: no selected notebook has such a parameter; allowed values: {', '.join(allowed)}"
+            f"--param {', '.join(sorted(unknown))}: no selected notebook has such a parameter; "
+            f"allowed values: {', '.join(allowed)}"
         )
     steps = plan(chosen)
     executed_dir, html_dir = paths.build_dir() / "executed", paths.build_dir() / "html"
