@@ -1,4 +1,4 @@
-"""fp4lab.comm.allreduce and fp4lab.comm.torchrun: sizes, checks, real gloo sweeps under torchrun, hangs and crashes."""
+"""fp4lab.comm's allreduce modules and torchrun driver: sizes, checks, real gloo sweeps, hangs, crashes."""
 
 from __future__ import annotations
 
@@ -9,18 +9,18 @@ from pathlib import Path
 
 import pytest
 
-from fp4lab.comm import allreduce, torchrun
+from fp4lab.comm import allreduce, allreduce_params, allreduce_sweep, message_sizes, torchrun
 from fp4lab.core import probe, process
 
 FAULTY = Path(__file__).parent / "fixtures" / "faulty_rank.py"
 
 
 def test_sizes_are_parsed_as_powers_of_two():
-    assert allreduce.parse_size("64MiB") == 64 << 20 and allreduce.parse_size("512") == 512
-    assert allreduce.parse_sizes("1KiB:8KiB") == [1024, 2048, 4096, 8192]
-    assert allreduce.parse_sizes("1MiB, 4KiB,4KiB") == [4096, 1 << 20]
-    assert len(allreduce.parse_sizes("1KiB:64MiB")) == 17
-    assert [allreduce.format_size(n) for n in (512, 1024, 3 << 20, 1 << 30)] == [
+    assert message_sizes.parse_size("64MiB") == 64 << 20 and message_sizes.parse_size("512") == 512
+    assert message_sizes.parse_sizes("1KiB:8KiB") == [1024, 2048, 4096, 8192]
+    assert message_sizes.parse_sizes("1MiB, 4KiB,4KiB") == [4096, 1 << 20]
+    assert len(message_sizes.parse_sizes("1KiB:64MiB")) == 17
+    assert [message_sizes.format_size(n) for n in (512, 1024, 3 << 20, 1 << 30)] == [
         "512B",
         "1KiB",
         "3MiB",
@@ -40,7 +40,7 @@ def test_sizes_are_parsed_as_powers_of_two():
 )
 def test_bad_sizes_name_the_parameter_and_the_allowed_form(spec, message):
     with pytest.raises(ValueError, match=message) as caught:
-        allreduce.parse_sizes(spec)
+        message_sizes.parse_sizes(spec)
     assert "allowed values: powers of two" in str(caught.value)
 
 
@@ -72,7 +72,7 @@ def test_bus_bandwidth_follows_nccl_tests():
 )
 def test_validate_names_what_is_wrong(args, message):
     with pytest.raises(ValueError, match=message):
-        allreduce.validate(*args)
+        allreduce_params.validate(*args)
 
 
 def _machine(**kw) -> probe.Machine:
@@ -81,9 +81,9 @@ def _machine(**kw) -> probe.Machine:
 
 def test_unavailable_backends_say_why():
     cpu = _machine(cuda_available=False, gpu_count=0, torch_cuda=None)
-    assert allreduce.unavailable("gloo", 2, cpu) is None
+    assert allreduce_params.unavailable("gloo", 2, cpu) is None
     assert (
-        allreduce.unavailable("nccl", 2, cpu)
+        allreduce_params.unavailable("nccl", 2, cpu)
         == "no CUDA GPU visible to torch (torch is a CPU build)"
     )
     if (
@@ -91,11 +91,13 @@ def test_unavailable_backends_say_why():
     ):  # the GPU branches need a torch with NCCL: only the wording of the first is checkable here
         return
     one = _machine(cuda_available=True, gpu_count=1)
-    assert allreduce.unavailable("nccl", 2, one) == "needs 2 or more GPUs; this machine has 1"
+    assert (
+        allreduce_params.unavailable("nccl", 2, one) == "needs 2 or more GPUs; this machine has 1"
+    )
     eight = _machine(
         cuda_available=True, gpu_count=8, packages={**probe.machine().packages, "sglang": None}
     )
-    assert allreduce.unavailable("mscclpp", 8, eight).startswith("sglang is not installed")
+    assert allreduce_params.unavailable("mscclpp", 8, eight).startswith("sglang is not installed")
 
 
 def test_sweep_refuses_bad_input_before_launching(tmp_path):
@@ -107,15 +109,15 @@ def test_sweep_refuses_bad_input_before_launching(tmp_path):
         ({"backend": "gloo", "nproc": 0}, "nproc=0 must be a positive integer"),
     ):
         with pytest.raises(ValueError, match=message):
-            allreduce.sweep(out=tmp_path / "x.jsonl", log_path=log, **kwargs)
+            allreduce_sweep.sweep(out=tmp_path / "x.jsonl", log_path=log, **kwargs)
     if not probe.machine().cuda_available:
         with pytest.raises(ValueError, match="backend='nccl' cannot run here: no CUDA GPU"):
-            allreduce.sweep("nccl", out=tmp_path / "x.jsonl", log_path=log)
+            allreduce_sweep.sweep("nccl", out=tmp_path / "x.jsonl", log_path=log)
     assert not log.exists(), "nothing may launch for bad input"
 
 
 def test_gloo_sweep_under_torchrun_checks_every_size(tmp_path):
-    result = allreduce.sweep(
+    result = allreduce_sweep.sweep(
         "gloo",
         "1KiB:8KiB",
         out=tmp_path / "ar.jsonl",
@@ -142,7 +144,9 @@ def test_gloo_sweep_under_torchrun_checks_every_size(tmp_path):
         assert r["busbw_GBps"] == pytest.approx(r["algbw_GBps"])  # 2 (n-1) / n = 1 for two ranks
     assert all(rank.finished for rank in result.run.ranks)
     with pytest.raises(ValueError, match="already holds results"):
-        allreduce.sweep("gloo", "1KiB", out=tmp_path / "ar.jsonl", log_path=tmp_path / "again.log")
+        allreduce_sweep.sweep(
+            "gloo", "1KiB", out=tmp_path / "ar.jsonl", log_path=tmp_path / "again.log"
+        )
 
 
 def _faulty_run(tmp_path: Path, fault: str, timeout_s: float) -> tuple[torchrun.Run, list[dict]]:
@@ -158,8 +162,8 @@ def _faulty_run(tmp_path: Path, fault: str, timeout_s: float) -> tuple[torchrun.
         "4KiB",
         "--",
     ]
-    args += allreduce.cli_args("gloo", "1KiB:16KiB", 2, 1, "float32", "auto", out)
-    run = torchrun.run([str(FAULTY)], args, 2, timeout_s, tmp_path / f"{fault}.log")
+    args += allreduce_sweep.cli_args("gloo", "1KiB:16KiB", 2, 1, "float32", "auto", out)
+    run = torchrun.run_ranks([str(FAULTY)], args, 2, timeout_s, tmp_path / f"{fault}.log")
     return run, torchrun.read_rows(out)
 
 
@@ -192,9 +196,9 @@ def test_the_module_refuses_to_run_outside_torchrun(tmp_path):
 
 
 def test_the_module_under_torchrun_rejects_bad_sizes_on_every_rank(tmp_path):
-    run = torchrun.run(
+    run = torchrun.run_ranks(
         ["-m", "fp4lab.comm.allreduce"],
-        allreduce.cli_args("gloo", "3KiB", 1, 0, "float32", "auto", tmp_path / "x.jsonl"),
+        allreduce_sweep.cli_args("gloo", "3KiB", 1, 0, "float32", "auto", tmp_path / "x.jsonl"),
         2,
         60,
         tmp_path / "bad.log",
@@ -263,7 +267,7 @@ def test_crossover_finds_where_the_candidate_stops_winning():
         ]
 
     nccl = rows("nccl", [10, 10, 12, 20, 40])
-    found = allreduce.crossover(rows("mscclpp", [5, 6, 11, 25, 60]), nccl, "graph")
+    found = allreduce_sweep.crossover(rows("mscclpp", [5, 6, 11, 25, 60]), nccl, "graph")
     assert {
         "last_win_bytes": 4096,
         "crossover_bytes": 8192,
@@ -271,13 +275,15 @@ def test_crossover_finds_where_the_candidate_stops_winning():
     }.items() <= found.items()
     assert found["summary"] == "faster up to 4KiB, not from 8KiB on"
     assert (
-        allreduce.crossover(rows("mscclpp", [5, 5, 5, 5, 5]), nccl, "graph")["crossover_bytes"]
+        allreduce_sweep.crossover(rows("mscclpp", [5, 5, 5, 5, 5]), nccl, "graph")[
+            "crossover_bytes"
+        ]
         is None
     )
-    assert allreduce.crossover(rows("mscclpp", [50, 5, 5, 5, 5]), nccl, "graph")[
+    assert allreduce_sweep.crossover(rows("mscclpp", [50, 5, 5, 5, 5]), nccl, "graph")[
         "summary"
     ].startswith("not faster at the smallest")
     assert (
-        allreduce.crossover(rows("mscclpp", [5]), nccl, "eager")["summary"]
+        allreduce_sweep.crossover(rows("mscclpp", [5]), nccl, "eager")["summary"]
         == "no size was measured by both"
     )

@@ -54,7 +54,7 @@ def test_07_sweeps_gloo_and_records_what_it_skipped(run_notebook, isolated_outpu
         ({"backends": ["nvlink"]}, "backends contains 'nvlink'"),
         ({"cpu_ranks": 1}, "world size 1 is too small"),
         ({"gpu_ranks": 1}, "gpu_ranks=1 is not allowed"),
-    ],  # fmt: skip
+    ],
 )
 def test_07_bad_parameters_fail_before_anything_runs(run_notebook, isolated_outputs, bad, message):
     with pytest.raises(PapermillExecutionError) as caught:

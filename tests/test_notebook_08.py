@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from fp4lab.serving import server
+from fp4lab.serving import compare
 
 pytestmark = pytest.mark.notebook
 NAME = "08_single_batch_overlap"
@@ -36,7 +36,7 @@ def test_08_runs_the_microbenchmark_and_records_the_serving_skip(run_notebook, i
         "best overlap efficiency" in summary["headline"]
         and "1-chunk control" in summary["headline"]
     )
-    skip = server.unavailable()
+    skip = compare.unavailable()
     if skip:
         assert by_kind["server"] == [{"status": "skipped", "reason": skip}]
         assert summary["status"] == f"microbenchmark only; serving comparison not run: {skip}"
@@ -51,7 +51,8 @@ def test_08_runs_the_microbenchmark_and_records_the_serving_skip(run_notebook, i
         ({"collective": "broadcast"}, "collective='broadcast' is not allowed"),
         ({"scale": 5}, "scale=5 is not allowed"),
         ({"tp_size": -1}, "tp_size=-1 is not allowed"),
-    ],  # fmt: skip
+        ({"model_path": "/no/such/model"}, "model_path='/no/such/model' is not allowed"),
+    ],
 )
 def test_08_bad_parameters_fail_before_anything_runs(run_notebook, isolated_outputs, bad, message):
     with pytest.raises(PapermillExecutionError) as caught:

@@ -1,4 +1,4 @@
-"""fp4lab.comm.overlap: shapes and checks, the chunked pipeline on gloo under torchrun, bad input, a hung rank."""
+"""fp4lab.comm's overlap modules: shapes, checks, the chunked pipeline on gloo, bad input, a hung rank."""
 
 from __future__ import annotations
 
@@ -7,24 +7,24 @@ from pathlib import Path
 
 import pytest
 
-from fp4lab.comm import overlap, torchrun
+from fp4lab.comm import overlap_benchmark, overlap_params, torchrun
 from fp4lab.core import probe, process
 
 FAULTY = Path(__file__).parent / "fixtures" / "faulty_rank.py"
 
 
 def test_glm5_shape_scales_widths_and_keeps_routing():
-    assert overlap.MoeShape.glm5(1) == overlap.MoeShape(
+    assert overlap_params.MoeShape.glm5(1) == overlap_params.MoeShape(
         hidden=6144, moe_ffn=2048, topk=8, experts=256
     )
-    assert overlap.MoeShape.glm5(16) == overlap.MoeShape(
+    assert overlap_params.MoeShape.glm5(16) == overlap_params.MoeShape(
         hidden=384, moe_ffn=128, topk=8, experts=256
     )
     with pytest.raises(ValueError, match="scale=3 is not allowed; allowed values: 1, 2, 4"):
-        overlap.MoeShape.glm5(3)
+        overlap_params.MoeShape.glm5(3)
 
 
-SHAPE = overlap.MoeShape.glm5(64)
+SHAPE = overlap_params.MoeShape.glm5(64)
 
 
 @pytest.mark.parametrize(
@@ -58,31 +58,38 @@ def test_validate_names_the_parameter(kwargs, message):
         "warmup": 0,
     }
     with pytest.raises(ValueError, match=message):
-        overlap.validate(**{**args, **kwargs})
+        overlap_params.validate(**{**args, **kwargs})
 
 
 def test_nccl_needs_a_gpu_per_rank():
     cpu = dataclasses.replace(probe.machine(), cuda_available=False, gpu_count=0)
-    assert overlap.backend_for(cpu, 2) == "gloo"
+    assert overlap_params.backend_for(cpu, 2) == "gloo"
     assert (
-        overlap.unavailable("nccl", 2, cpu)
+        overlap_params.unavailable("nccl", 2, cpu)
         == "nccl needs a CUDA GPU per rank (2); this machine has 0"
     )
-    assert overlap.unavailable("gloo", 2, cpu) is None
+    assert overlap_params.unavailable("gloo", 2, cpu) is None
 
 
-def test_run_refuses_bad_input_before_launching(tmp_path):
+def test_benchmark_refuses_bad_input_before_launching(tmp_path):
     log = tmp_path / "never.log"
-    for kwargs, message in (({"scale": 5}, "scale=5"), ({"nproc": 1}, "world size 1 is too small"), ({"dtype": "int8"}, "dtype='int8' is not allowed"),
-                            ({"chunks": (7,)}, "chunks contains 7")):  # fmt: skip
+    for kwargs, message in (
+        ({"scale": 5}, "scale=5"),
+        ({"nproc": 1}, "world size 1 is too small"),
+        ({"dtype": "int8"}, "dtype='int8' is not allowed"),
+        ({"chunks": (7,)}, "chunks contains 7"),
+    ):
         with pytest.raises(ValueError, match=message):
-            overlap.run(out=tmp_path / "o.jsonl", log_path=log, **kwargs)
+            overlap_benchmark.benchmark(out=tmp_path / "o.jsonl", log_path=log, **kwargs)
+    (tmp_path / "used.jsonl").write_text('{"chunks": 1}\n')
+    with pytest.raises(ValueError, match="already holds results"):
+        overlap_benchmark.benchmark(out=tmp_path / "used.jsonl", log_path=log)
     assert not log.exists()
 
 
 @pytest.mark.parametrize("collective", ["all_to_all", "all_reduce"])
 def test_pipeline_under_torchrun_times_and_checks_each_chunk_count(collective, tmp_path):
-    result = overlap.run(
+    result = overlap_benchmark.benchmark(
         out=tmp_path / "o.jsonl",
         log_path=tmp_path / "o.log",
         scale=64,
@@ -123,8 +130,9 @@ def test_pipeline_under_torchrun_times_and_checks_each_chunk_count(collective, t
 def test_a_hung_rank_is_named_and_finished_chunk_counts_are_kept(tmp_path):
     out = tmp_path / "o.jsonl"
     args = ["--module", "fp4lab.comm.overlap", "--fault", "hang", "--rank", "0", "--at", "2", "--",
-            "--scale", "64", "--tokens", "32", "--chunks", "1,2,4", "--iters", "2", "--warmup", "0", "--out", str(out)]  # fmt: skip
-    run = torchrun.run([str(FAULTY)], args, 2, 20, tmp_path / "hang.log")
+            "--scale", "64", "--tokens", "32", "--chunks", "1,2,4", "--iters", "2", "--warmup", "0",
+            "--out", str(out)]  # fmt: skip
+    run = torchrun.run_ranks([str(FAULTY)], args, 2, 20, tmp_path / "hang.log")
     assert run.finished.timed_out and process.members(run.finished.pid) == []
     assert (
         "rank 0 (pid " in run.message

@@ -1,7 +1,8 @@
-"""fp4lab.serving.server: command lines, launch/readiness/teardown with real child processes, log names, bench drivers."""
+"""fp4lab.serving: command lines, launch/readiness/teardown with real child processes, log names, bench drivers."""
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import json
 import os
@@ -16,8 +17,8 @@ import pytest
 import torch
 
 from fp4lab.compile import trace
-from fp4lab.core import process, records
-from fp4lab.serving import server
+from fp4lab.core import probe, process, records
+from fp4lab.serving import bench, compare, config, logs, server, tiny_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = FIXTURES / "server_logs"
@@ -37,8 +38,8 @@ def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
     return str(launcher)
 
 
-def config(python: str, **kw: object) -> server.ServerConfig:
-    return server.ServerConfig(
+def make_config(python: str, **kw: object) -> config.ServerConfig:
+    return config.ServerConfig(
         model_path="tiny-model", port=server.free_port(), python=python, **kw
     )
 
@@ -54,34 +55,44 @@ def assert_group_gone(pgid: int) -> None:
     ("pcg", "flags", "mscclpp", "sbo"),
     list(
         itertools.product(
-            [None, True, False], server.PCG_FLAG_GENERATIONS, [False, True], [False, True]
+            [None, True, False], config.PCG_FLAG_GENERATIONS, [False, True], [False, True]
         )
     ),
 )
 def test_every_switch_combination_renders_the_exact_command(pcg, flags, mscclpp, sbo):
-    cfg = server.ServerConfig("org/model", tp_size=4, port=31000, piecewise_cuda_graph=pcg, pcg_flags=flags,
-                              enable_mscclpp=mscclpp, enable_single_batch_overlap=sbo, extra_args=("--mem-fraction-static", "0.8"),
-                              python="python3")  # fmt: skip
+    cfg = config.ServerConfig(
+        "org/model",
+        tp_size=4,
+        port=31000,
+        piecewise_cuda_graph=pcg,
+        pcg_flags=flags,
+        enable_mscclpp=mscclpp,
+        enable_single_batch_overlap=sbo,
+        extra_args=("--mem-fraction-static", "0.8"),
+        python="python3",
+    )
     pcg_flag = {
-        (True, "current"): ["--enforce-piecewise-cuda-graph"], (False, "current"): ["--disable-piecewise-cuda-graph"],
-        (True, "legacy"): ["--enable-piecewise-cuda-graph"], (False, "legacy"): [],
-    }.get((pcg, flags), [])  # fmt: skip
-    expected = ["python3", "-m", "sglang.launch_server", "--model-path", "org/model", "--tp-size", "4", "--host", "127.0.0.1", "--port", "31000",
-                *pcg_flag, *(["--enable-mscclpp"] if mscclpp else []), *(["--enable-single-batch-overlap"] if sbo else []),
-                "--mem-fraction-static", "0.8"]  # fmt: skip
+        (True, "current"): ["--enforce-piecewise-cuda-graph"],
+        (False, "current"): ["--disable-piecewise-cuda-graph"],
+        (True, "legacy"): ["--enable-piecewise-cuda-graph"],
+        (False, "legacy"): [],
+    }.get((pcg, flags), [])
+    expected = ["python3", "-m", "sglang.launch_server", "--model-path", "org/model", "--tp-size", "4",
+                "--host", "127.0.0.1", "--port", "31000", *pcg_flag, *(["--enable-mscclpp"] if mscclpp else []),
+                *(["--enable-single-batch-overlap"] if sbo else []), "--mem-fraction-static", "0.8"]  # fmt: skip
     assert cfg.command() == expected
     assert cfg.as_record()["command"] == " ".join(expected[1:])
 
 
 def test_labels_name_the_switches_that_are_on():
-    base = server.ServerConfig("m", python="python3")
-    assert [c.label for c in server.switch_matrix(base)] == [
+    base = config.ServerConfig("m", python="python3")
+    assert [c.label for c in compare.switch_matrix(base)] == [
         "baseline",
         "sbo",
         "mscclpp",
         "mscclpp+sbo",
     ]
-    assert server.ServerConfig("m", piecewise_cuda_graph=False).label == "no-pcg"
+    assert config.ServerConfig("m", piecewise_cuda_graph=False).label == "no-pcg"
 
 
 @pytest.mark.parametrize(
@@ -101,7 +112,7 @@ def test_labels_name_the_switches_that_are_on():
 )
 def test_bad_configurations_are_refused_naming_the_field(kwargs, message):
     with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
-        server.ServerConfig(**{"model_path": "m", **kwargs})
+        config.ServerConfig(**{"model_path": "m", **kwargs})
 
 
 def test_detect_pcg_flags_reads_the_installed_help(tmp_path):
@@ -112,14 +123,14 @@ def test_detect_pcg_flags_reads_the_installed_help(tmp_path):
         fake = tmp_path / f"python_{flags}"
         fake.write_text(f"#!/bin/sh\necho 'usage: launch_server.py [--tp-size TP] [{help_text}]'\n")
         fake.chmod(0o755)
-        assert server.detect_pcg_flags(str(fake), tmp_path / f"{flags}.log") == flags
+        assert config.detect_pcg_flags(str(fake), tmp_path / f"{flags}.log") == flags
 
 
 # ----------------------------------------------------------------------------- launch, readiness, teardown
 
 
 def test_launch_waits_for_health_then_stops_the_whole_group(fake_python, tmp_path):
-    cfg = config(
+    cfg = make_config(
         fake_python,
         enable_mscclpp=True,
         enable_single_batch_overlap=True,
@@ -146,11 +157,13 @@ def test_a_server_that_never_becomes_ready_is_stopped_and_its_log_shown(
     fake_python, tmp_path, monkeypatch
 ):
     monkeypatch.setenv("FAKE_SGLANG_MODE", "hang")
-    cfg = config(fake_python)
+    cfg = make_config(fake_python)
     started = time.monotonic()
-    with pytest.raises(server.ServerNotReady) as caught:
-        with server.launch(cfg, tmp_path / "hang.log", ready_timeout_s=2, poll_s=0.2):
-            pytest.fail("the body must not run for a server that is not ready")
+    with (
+        pytest.raises(server.ServerNotReady) as caught,
+        server.launch(cfg, tmp_path / "hang.log", ready_timeout_s=2, poll_s=0.2),
+    ):
+        pytest.fail("the body must not run for a server that is not ready")
     assert time.monotonic() - started < 30
     assert "not ready at" in str(caught.value) and "after 2 s; stopped it" in str(caught.value)
     assert "fake sglang.launch_server mode=hang" in caught.value.log_tail
@@ -163,7 +176,7 @@ def test_a_crashing_server_raises_with_the_crash_named(fake_python, tmp_path, mo
     with (
         pytest.raises(server.ServerCrashed) as caught,
         server.launch(
-            config(fake_python, piecewise_cuda_graph=True),
+            make_config(fake_python, piecewise_cuda_graph=True),
             tmp_path / "crash.log",
             ready_timeout_s=60,
             poll_s=0.2,
@@ -182,7 +195,7 @@ def test_teardown_escalates_to_sigkill_for_a_server_ignoring_sigterm(
 ):
     monkeypatch.setenv("FAKE_SGLANG_MODE", "stubborn")
     log = tmp_path / "stubborn.log"
-    with server.launch(config(fake_python), log, ready_timeout_s=60, poll_s=0.2) as running:
+    with server.launch(make_config(fake_python), log, ready_timeout_s=60, poll_s=0.2) as running:
         pass
     assert_group_gone(running.pid)
     assert "ignoring SIGTERM" in log.read_text()
@@ -192,7 +205,7 @@ def test_an_exception_in_the_body_stops_the_group(fake_python, tmp_path):
     with (
         pytest.raises(KeyboardInterrupt),
         server.launch(
-            config(fake_python), tmp_path / "ctrl_c.log", ready_timeout_s=60, poll_s=0.2
+            make_config(fake_python), tmp_path / "ctrl_c.log", ready_timeout_s=60, poll_s=0.2
         ) as running,
     ):
         raise KeyboardInterrupt  # what Ctrl-C raises in the harness
@@ -203,8 +216,8 @@ def test_ctrl_c_from_outside_stops_the_group(fake_python, tmp_path):
     """A real SIGINT to the harness process while it waits with a running server."""
     script = tmp_path / "harness.py"
     script.write_text(
-        "import sys, time\nfrom fp4lab import server\n"
-        f"cfg = server.ServerConfig('m', port=server.free_port(), python={fake_python!r})\n"
+        "import sys, time\nfrom fp4lab.serving import config, server\n"
+        f"cfg = config.ServerConfig('m', port=server.free_port(), python={fake_python!r})\n"
         f"with server.launch(cfg, {str(tmp_path / 'harness_server.log')!r}, 60, poll_s=0.2) as s:\n"
         "    print('PGID', s.pid, flush=True)\n    time.sleep(120)\n"
     )
@@ -226,8 +239,8 @@ def test_ctrl_c_from_outside_stops_the_group(fake_python, tmp_path):
 def test_sigterm_to_the_harness_stops_the_group(fake_python, tmp_path):
     script = tmp_path / "harness_term.py"
     script.write_text(
-        "import time\nfrom fp4lab import server\n"
-        f"cfg = server.ServerConfig('m', port=server.free_port(), python={fake_python!r})\n"
+        "import time\nfrom fp4lab.serving import config, server\n"
+        f"cfg = config.ServerConfig('m', port=server.free_port(), python={fake_python!r})\n"
         f"with server.launch(cfg, {str(tmp_path / 'term_server.log')!r}, 60, poll_s=0.2) as s:\n"
         "    print('PGID', s.pid, flush=True)\n    time.sleep(120)\n"
     )
@@ -244,11 +257,14 @@ def test_sigterm_to_the_harness_stops_the_group(fake_python, tmp_path):
 
 
 def test_launch_refuses_a_busy_port_before_starting_anything(fake_python, tmp_path):
-    cfg = config(fake_python)
-    with server.launch(cfg, tmp_path / "first.log", ready_timeout_s=60, poll_s=0.2):
-        with pytest.raises(ValueError, match=f"port={cfg.port} on 127.0.0.1 is already in use"):
-            with server.launch(cfg, tmp_path / "second.log", ready_timeout_s=60):
-                pass
+    cfg = make_config(fake_python)
+    busy = f"port={cfg.port} on 127.0.0.1 is already in use"
+    with (
+        server.launch(cfg, tmp_path / "first.log", ready_timeout_s=60, poll_s=0.2),
+        pytest.raises(ValueError, match=busy),
+        server.launch(cfg, tmp_path / "second.log", ready_timeout_s=60),
+    ):
+        pass
     assert not (tmp_path / "second.log").exists()
 
 
@@ -263,15 +279,18 @@ def test_launch_rejects_bad_arguments(kwargs, message, tmp_path):
     with (
         pytest.raises(ValueError, match=message),
         server.launch(
-            server.ServerConfig("m"), tmp_path / "x.log", **{"ready_timeout_s": 10, **kwargs}
+            config.ServerConfig("m"), tmp_path / "x.log", **{"ready_timeout_s": 10, **kwargs}
         ),
     ):
         pass
 
 
 def test_the_process_group_helpers_never_leave_a_child(tmp_path):
-    finished = process.run([sys.executable, "-c", "import subprocess,sys,time; subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); time.sleep(60)"],
-                           tmp_path / "run.log", timeout_s=1.0)  # fmt: skip
+    orphan = (
+        "import subprocess,sys,time; "
+        "subprocess.Popen([sys.executable,'-c','import time; time.sleep(60)']); time.sleep(60)"
+    )
+    finished = process.run([sys.executable, "-c", orphan], tmp_path / "run.log", timeout_s=1.0)
     assert finished.timed_out and not finished.ok and "timed out after 1 s" in finished.describe()
     assert process.run(["sh", "-c", "echo hi; exit 3"], tmp_path / "rc.log", 10).returncode == 3
     assert process.tail(tmp_path / "rc.log") == "hi"
@@ -313,13 +332,13 @@ EXPECTED = {
 def test_upstream_log_excerpts_are_named(name):
     text = (LOGS / name).read_text()
     assert text.startswith("# Quoted from https://github.com/")
-    findings = server.classify_log(text)
+    findings = logs.classify_log(text)
     assert [f.signature for f in findings] == EXPECTED[name]
-    assert all(f.signature in server.LOG_SIGNATURES for f in findings)
+    assert all(f.signature in logs.LOG_SIGNATURES for f in findings)
 
 
 def test_the_story_log_names_the_nvcc_query_as_the_blocker():
-    [dynamo, banner] = server.classify_log(
+    [dynamo, banner] = logs.classify_log(
         (LOGS / "sglang_23386_pcg_nvcc_subprocess.log").read_text()
     )
     assert dynamo.is_dynamo and dynamo.blocked_in == "flashinfer/jit/cpp_ext.py:73:get_cuda_version"
@@ -328,7 +347,7 @@ def test_the_story_log_names_the_nvcc_query_as_the_blocker():
 
 def test_a_clean_log_shows_nothing():
     assert (
-        server.classify_log(
+        logs.classify_log(
             "[2026-01-01 10:00:00] The server is fired up and ready to roll!\nINFO: 200 OK"
         )
         == []
@@ -369,7 +388,7 @@ def test_log_names_agree_with_fp4lab_trace_on_real_dynamo_errors(fn):
         pytest.fail("dynamo traced a call it should refuse")
     expected = trace.attempt(fn, x, fullgraph=True, backend="eager").signature
     assert expected in ("subprocess", "file_io", "compiler_disable_under_fullgraph")
-    assert [f.signature for f in server.classify_log(log)] == [expected]
+    assert [f.signature for f in logs.classify_log(log)] == [expected]
 
 
 # ----------------------------------------------------------------------------- benchmark clients
@@ -378,31 +397,30 @@ def test_log_names_agree_with_fp4lab_trace_on_real_dynamo_errors(fn):
 def test_bench_drivers_run_the_clients_and_record_their_rows(
     fake_python, tmp_path, isolated_outputs
 ):
-    cfg = config(fake_python, enable_single_batch_overlap=True)
+    cfg = make_config(fake_python, enable_single_batch_overlap=True)
     with server.launch(
         cfg, tmp_path / "bench_server.log", ready_timeout_s=60, poll_s=0.2
     ) as running:
         out = tmp_path / "serving.jsonl"
         out.write_text(json.dumps({"output_throughput": 1.0, "note": "an earlier run"}) + "\n")
-        rows = server.bench_serving(
+        rows = bench.bench_serving(
             running,
             out,
             num_prompts=8,
             input_len=32,
             output_len=16,
             max_concurrency=4,
-            notebook="nb",
-            record_params={"p": 1},
+            recorder=records.Recorder("nb", {"p": 1}),
         )
-        one = server.bench_one_batch(
+        one = bench.bench_one_batch(
             running,
             tmp_path / "one.jsonl",
             batch_sizes=(1, 4),
             input_len=32,
             output_len=8,
-            notebook="nb",
+            recorder=records.Recorder("nb", {}),
         )
-        cmd = server.bench_serving_command(
+        cmd = bench.bench_serving_command(
             running,
             out,
             num_prompts=8,
@@ -423,7 +441,7 @@ def test_bench_drivers_run_the_clients_and_record_their_rows(
         and rows[0]["completed"] == 8
         and rows[0]["max_concurrency"] == 4
     )
-    assert set(rows[0]) <= set(server.SERVING_METRICS)
+    assert set(rows[0]) <= set(bench.SERVING_METRICS)
     assert [r["batch_size"] for r in one] == [1, 4] and one[0]["run_name"] == "sbo"
     saved = records.read("nb")
     assert [r["kind"] for r in saved] == ["bench_serving", "bench_one_batch", "bench_one_batch"]
@@ -434,33 +452,33 @@ def test_bench_drivers_run_the_clients_and_record_their_rows(
 
 
 def test_a_failing_client_raises_with_its_log(fake_python, tmp_path):
-    cfg = config(fake_python)
+    cfg = make_config(fake_python)
     running = server.Server(
         cfg, pid=0, log_path=tmp_path / "none.log", ready_after_s=0.0
     )  # nothing listens: the client fails
-    with pytest.raises(server.BenchmarkError, match="exited with code 1"):
-        server.bench_serving(running, tmp_path / "s.jsonl", num_prompts=1, timeout_s=60)
+    with pytest.raises(bench.BenchmarkError, match="exited with code 1"):
+        bench.bench_serving(running, tmp_path / "s.jsonl", num_prompts=1, timeout_s=60)
     with pytest.raises(ValueError, match="num_prompts=0 must be a positive integer"):
-        server.bench_serving(running, tmp_path / "s.jsonl", num_prompts=0)
+        bench.bench_serving(running, tmp_path / "s.jsonl", num_prompts=0)
     with pytest.raises(ValueError, match="batch_sizes is empty"):
-        server.bench_one_batch(running, tmp_path / "o.jsonl", batch_sizes=())
+        bench.bench_one_batch(running, tmp_path / "o.jsonl", batch_sizes=())
 
 
 def test_jsonl_loading_names_the_bad_line(tmp_path):
     bad = tmp_path / "bad.jsonl"
     bad.write_text('{"output_throughput": 1}\n{"median_ttft_ms": 2}\n')
-    with pytest.raises(server.BenchmarkError, match=r"bad.jsonl:2 lacks output_throughput"):
-        server.load_jsonl(bad, ("output_throughput",), server.SERVING_METRICS)
+    with pytest.raises(bench.BenchmarkError, match=r"bad.jsonl:2 lacks output_throughput"):
+        bench.load_jsonl(bad, ("output_throughput",), bench.SERVING_METRICS)
     bad.write_text("not json\n")
-    with pytest.raises(server.BenchmarkError, match=r"bad.jsonl:1 is not JSON"):
-        server.load_jsonl(bad, ("output_throughput",), server.SERVING_METRICS)
+    with pytest.raises(bench.BenchmarkError, match=r"bad.jsonl:1 is not JSON"):
+        bench.load_jsonl(bad, ("output_throughput",), bench.SERVING_METRICS)
 
 
 def test_compare_keeps_a_failed_launch_named(fake_python, tmp_path, monkeypatch, isolated_outputs):
     monkeypatch.setenv("FAKE_SGLANG_MODE", "crash")
     monkeypatch.setenv("FAKE_SGLANG_CRASH_LOG", str(LOGS / "sglang_5285_cuda_graph_oom.log"))
-    [outcome] = server.compare(
-        [config(fake_python, enable_mscclpp=True)], tmp_path, ready_timeout_s=30, num_prompts=2
+    [outcome] = compare.compare(
+        [make_config(fake_python, enable_mscclpp=True)], tmp_path, ready_timeout_s=30, num_prompts=2
     )
     assert (outcome.status, outcome.findings, outcome.rows) == (
         "failed",
@@ -477,7 +495,7 @@ def test_make_tiny_model_saves_a_model_and_tokenizer_that_load_offline(tmp_path,
     from transformers import AutoModelForCausalLM, AutoTokenizer
 
     monkeypatch.setenv("HF_HUB_OFFLINE", "1")
-    folder = server.make_tiny_model(
+    folder = tiny_model.make_tiny_model(
         tmp_path / "tiny", hidden=128, heads=2, kv_heads=1, intermediate=256, vocab=400
     )
     assert {"config.json", "model.safetensors", "tokenizer.json", "tokenizer_config.json"} <= {
@@ -500,6 +518,46 @@ def test_make_tiny_model_saves_a_model_and_tokenizer_that_load_offline(tmp_path,
 
 def test_make_tiny_model_refuses_bad_shapes(tmp_path):
     with pytest.raises(ValueError, match="layers=0 must be a positive integer"):
-        server.make_tiny_model(tmp_path, layers=0)
+        tiny_model.make_tiny_model(tmp_path, layers=0)
     with pytest.raises(ValueError, match="heads must divide hidden"):
-        server.make_tiny_model(tmp_path, hidden=100, heads=8)
+        tiny_model.make_tiny_model(tmp_path, hidden=100, heads=8)
+
+
+# ----------------------------------------------------------------------------- notebook 08's serving section
+
+SETTINGS = dict(model_path="", tp_size=0, server_extra_args=[], num_prompts=4, input_len=8,
+                output_len=4, ready_timeout_s=60)  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"model_path": "/no/such/folder"}, "model_path='/no/such/folder' is not allowed; allowed values: \"\""),
+        ({"model_path": 3}, "model_path=3 is not allowed"),
+        ({"tp_size": -1}, "tp_size=-1 is not allowed; allowed values: 0 (every GPU)"),
+        ({"server_extra_args": "--x"}, "server_extra_args='--x' must be a sequence of strings"),
+        ({"server_extra_args": ["--tp-size", "2"]}, "server_extra_args contains '--tp-size'"),
+        ({"ready_timeout_s": 0}, "ready_timeout_s=0 must be a positive integer"),
+    ],
+)  # fmt: skip
+def test_serving_settings_name_the_bad_parameter(kwargs, message):
+    with pytest.raises(ValueError, match=message.replace("(", r"\(").replace(")", r"\)")):
+        compare.serving_settings(**{**SETTINGS, **kwargs})
+
+
+def test_model_path_is_empty_a_folder_or_a_hub_id(tmp_path):
+    for allowed in ("", str(tmp_path), "zai-org/GLM-4.5-Air", "gpt2"):
+        assert compare.serving_settings(**{**SETTINGS, "model_path": allowed}).model_path == allowed
+
+
+def test_switch_comparison_without_sglang_is_recorded_as_skipped(tmp_path, isolated_outputs):
+    machine = dataclasses.replace(
+        probe.machine(), packages={**probe.machine().packages, "sglang": None}
+    )
+    settings = compare.serving_settings(**SETTINGS)
+    result = compare.switch_comparison(settings, records.Recorder("nb", {}), tmp_path, machine)
+    assert result.skip.startswith("sglang is not installed") and result.rows == []
+    assert [r["values"] for r in records.read("nb")] == [
+        {"status": "skipped", "reason": result.skip}
+    ]
+    assert result.table().empty

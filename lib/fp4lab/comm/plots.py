@@ -43,8 +43,16 @@ def plot_allreduce(rows: list[dict], crossover: dict | None = None) -> object:
         if crossover and crossover.get("crossover_bytes"):
             ax.axvline(crossover["crossover_bytes"], color="k", ls="--", lw=1)
     if crossover and crossover.get("crossover_bytes"):
-        lat.annotate(f"crossover ({crossover['mode']}): {crossover['summary']}", (crossover["crossover_bytes"], lat.get_ylim()[1]),
-                     fontsize=7, ha="right", va="top", rotation=90, xytext=(-3, -3), textcoords="offset points")  # fmt: skip
+        lat.annotate(
+            f"crossover ({crossover['mode']}): {crossover['summary']}",
+            (crossover["crossover_bytes"], lat.get_ylim()[1]),
+            fontsize=7,
+            ha="right",
+            va="top",
+            rotation=90,
+            xytext=(-3, -3),
+            textcoords="offset points",
+        )
     lat.legend(fontsize=7)
     lat.set_title("allreduce latency", fontsize=10)
     bw.set_title("busbw = algbw · 2(n−1)/n (nccl-tests)", fontsize=10)
@@ -56,8 +64,12 @@ def plot_overlap(rows: list[dict]) -> object:
     """Per chunk count: compute alone, combine alone, the overlapped pipeline and the unchunked sequential baseline."""
     import matplotlib.pyplot as plt
 
-    parts = (("t_compute_ms", "GEMM chunks alone", "0.7"), ("t_comm_ms", "combines alone", "0.45"),
-             ("t_overlapped_ms", "overlapped", "tab:green"), ("t_sequential_ms", "sequential (no chunks)", "tab:red"))  # fmt: skip
+    parts = (
+        ("t_compute_ms", "GEMM chunks alone", "0.7"),
+        ("t_comm_ms", "combines alone", "0.45"),
+        ("t_overlapped_ms", "overlapped", "tab:green"),
+        ("t_sequential_ms", "sequential (no chunks)", "tab:red"),
+    )
     fig, ax = plt.subplots(figsize=(7.5, 3.6))
     width = 0.8 / len(parts)
     ordered = sorted(rows, key=lambda r: r["chunks"])
@@ -82,7 +94,8 @@ def plot_overlap(rows: list[dict]) -> object:
     ax.set_ylabel("ms per batch (median of slowest rank)")
     first = ordered[0]
     ax.set_title(
-        f"MoE down GEMM + {first['collective']} combine, hidden {first['hidden']}, {first['world_size']} ranks ({first['backend']})",
+        f"MoE down GEMM + {first['collective']} combine, hidden {first['hidden']}, "
+        f"{first['world_size']} ranks ({first['backend']})",
         fontsize=10,
     )
     ax.legend(fontsize=7, ncol=2)

@@ -1,117 +1,23 @@
-"""Benchmarks across ranks under torchrun: the rank side and a driver that runs torchrun as a child.
+"""The driver side of a benchmark under torchrun: run it as a child, and say which rank failed.
 
-Rank side: a benchmark module reads its rank and the world size from torchrun's
-environment (``RankEnv.from_environ``), never spawning ranks itself, so the same
-command runs on one machine or several nodes. It reports each step with ``progress``
-(one line per step in ``$FP4LAB_PROGRESS_DIR/rank<N>.log`` when the driver set it), and
-rank 0 appends one JSON line per finished measurement with ``append_row``, so results
-of finished steps survive a later failure.
-
-Driver side: ``run`` starts ``python -m torch.distributed.run`` in its own process
-group with a timeout; on a timeout or a failure it names the rank that stopped
-progressing (from the progress files) and the rank torchrun saw fail first.
+``run_ranks`` starts ``python -m torch.distributed.run`` in its own process group with a
+timeout; on a timeout or a failure it names the rank that stopped progressing (from the
+progress files ``fp4lab.comm.ranks.progress`` writes) and the rank torchrun saw fail first.
+Rank 0's rows are read back with ``read_rows``.
 """
 
 from __future__ import annotations
 
-import datetime as dt
 import json
 import os
 import re
 import sys
-import time
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import torch
-import torch.distributed as dist
-
+from fp4lab.comm.ranks import DONE, PROGRESS_ENV
 from fp4lab.core import process
-
-PROGRESS_ENV = "FP4LAB_PROGRESS_DIR"
-DONE = "done"
-_TORCHRUN_VARIABLES = (
-    "RANK",
-    "WORLD_SIZE",
-    "LOCAL_RANK",
-    "LOCAL_WORLD_SIZE",
-    "MASTER_ADDR",
-    "MASTER_PORT",
-)
-
-
-@dataclass(frozen=True)
-class RankEnv:
-    """Where this process sits among the ranks, as torchrun told it."""
-
-    rank: int
-    world_size: int
-    local_rank: int
-    local_world_size: int
-
-    @property
-    def nodes(self) -> int:
-        return max(1, self.world_size // max(1, self.local_world_size))
-
-    @classmethod
-    def from_environ(cls) -> RankEnv:
-        missing = [v for v in _TORCHRUN_VARIABLES if v not in os.environ]
-        if missing:
-            raise RuntimeError(
-                f"not started by torchrun ({', '.join(missing)} unset): run it as "
-                "`python -m torch.distributed.run --nproc-per-node N -m <module> ...`"
-            )
-        get = lambda name: int(os.environ[name])  # noqa: E731
-        return cls(get("RANK"), get("WORLD_SIZE"), get("LOCAL_RANK"), get("LOCAL_WORLD_SIZE"))
-
-
-def init(backend: str, timeout_s: float = 600.0) -> tuple[RankEnv, torch.device]:
-    """Join the process group torchrun describes; NCCL ranks get the GPU of their local rank."""
-    env = RankEnv.from_environ()
-    device = torch.device("cpu")
-    if backend == "nccl":
-        device = torch.device("cuda", env.local_rank)
-        torch.cuda.set_device(device)
-    dist.init_process_group(backend=backend, timeout=dt.timedelta(seconds=timeout_s))
-    progress("initialized")
-    return env, device
-
-
-def progress(step: str) -> None:
-    """Record that this rank reached ``step`` (no-op unless the driver asked for progress files)."""
-    folder = os.environ.get(PROGRESS_ENV)
-    if not folder:
-        return
-    rank = os.environ.get("RANK", "?")
-    line = json.dumps({"time": time.time(), "pid": os.getpid(), "step": step}) + "\n"
-    with open(Path(folder) / f"rank{rank}.log", "a") as f:
-        f.write(line)
-        f.flush()
-
-
-def finish(group: dist.ProcessGroup) -> None:
-    """Mark this rank done, wait for every rank, and leave the process group."""
-    progress(DONE)
-    dist.barrier(group=group)
-    dist.destroy_process_group()
-
-
-def iteration_max(samples: list[float], group: dist.ProcessGroup | None = None) -> list[float]:
-    """Per iteration, the slowest rank's time: a collective is done when its last rank is."""
-    gathered: list[list[float] | None] = [None] * dist.get_world_size(group)
-    dist.all_gather_object(gathered, samples, group=group)
-    return [max(column) for column in zip(*gathered)]
-
-
-def append_row(out: Path, row: dict) -> None:
-    """Append one result as a JSON line and push it to disk before the next step starts."""
-    out = Path(out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    with open(out, "a") as f:
-        f.write(json.dumps(row, sort_keys=True) + "\n")
-        f.flush()
-        os.fsync(f.fileno())
 
 
 def read_rows(out: Path) -> list[dict]:
@@ -122,7 +28,17 @@ def read_rows(out: Path) -> list[dict]:
     return [json.loads(line) for line in out.read_text().splitlines() if line.strip()]
 
 
-# ----------------------------------------------------------------------------- driver side
+def refuse_backend(backend: str, reason: str | None, allowed_here: str = "") -> None:
+    """Raise ValueError naming ``backend`` when ``reason`` says why it cannot run here."""
+    if reason:
+        allowed = f"; allowed values here: {allowed_here}" if allowed_here else ""
+        raise ValueError(f"backend={backend!r} cannot run here: {reason}{allowed}")
+
+
+def require_new_out(out: Path) -> None:
+    """Refuse an ``out`` file that already holds rows: a run appends, so old rows would mix in."""
+    if Path(out).exists() and Path(out).stat().st_size:
+        raise ValueError(f"out={str(out)!r} already holds results; choose a new file")
 
 
 @dataclass(frozen=True)
@@ -253,7 +169,7 @@ def blame(finished: process.Finished, ranks: list[RankProgress], log_text: str) 
     )
 
 
-def run(
+def run_ranks(
     target: Sequence[str],
     args: Sequence[str],
     nproc_per_node: int,

@@ -1,2 +1,3 @@
-"""SGLang serving: server configuration, launch, readiness and teardown, log classification,
-benchmark drivers and a tiny local model."""
+"""SGLang serving: launch configuration (``config``), the running server (``server``), log
+classification (``logs``), benchmark clients (``bench``), a tiny offline model
+(``tiny_model``) and the switch comparison notebook 08 runs (``compare``)."""

@@ -1,0 +1,208 @@
+"""What notebook 08 runs: its parameters checked, the overlap microbenchmark recorded, its
+figure, and the verdict for the decision report. Its serving section is
+``fp4lab.serving.compare.switch_comparison``."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from fp4lab.comm import plots, torchrun
+from fp4lab.comm.overlap import efficiency
+from fp4lab.comm.overlap_benchmark import Benchmark, benchmark
+from fp4lab.comm.overlap_params import BACKENDS, MoeShape, backend_for, unavailable, validate
+from fp4lab.core import params, paths, probe, records
+from fp4lab.report import figures
+from fp4lab.serving.compare import ServingComparison, ServingSettings, serving_settings
+
+
+@dataclass(frozen=True)
+class Plan:
+    """The notebook's checked parameters, with ``backend`` resolved from auto."""
+
+    scale: int
+    shape: MoeShape
+    tokens: int
+    chunks: list[int]
+    collective: str
+    ranks: int
+    backend: str
+    iters: int
+    warmup: int
+    timeout_s: int
+    serving: ServingSettings
+    params: dict
+    run_dir: Path
+
+    def describe(self) -> str:
+        """Ranks, backend, experts per rank and routed rows, in one line."""
+        experts = self.shape.experts // self.ranks
+        return (
+            f"{self.ranks} ranks on {self.backend}, each with {experts} experts of {self.shape}, "
+            f"{self.tokens * self.shape.topk} routed rows"
+        )
+
+
+def plan(
+    *,
+    scale: int,
+    tokens: int,
+    chunks: list[int],
+    collective: str,
+    ranks: int,
+    backend: str,
+    iters: int,
+    warmup: int,
+    timeout_s: int,
+    model_path: str,
+    tp_size: int,
+    server_extra_args: list[str],
+    num_prompts: int,
+    input_len: int,
+    output_len: int,
+    ready_timeout_s: int,
+    machine: probe.Machine | None = None,
+) -> Plan:
+    """Check every parameter (ValueError naming it and its allowed values) and resolve ``backend="auto"``."""
+    machine = machine or probe.machine()
+    shape = MoeShape.glm5(scale)
+    params.choice("backend", backend, ("auto", *BACKENDS))
+    run_backend = backend_for(machine, ranks) if backend == "auto" else backend
+    validate(shape, tokens, chunks, ranks, run_backend, collective, iters, warmup)
+    params.positive("timeout_s", timeout_s)
+    serving = serving_settings(
+        model_path=model_path,
+        tp_size=tp_size,
+        server_extra_args=server_extra_args,
+        num_prompts=num_prompts,
+        input_len=input_len,
+        output_len=output_len,
+        ready_timeout_s=ready_timeout_s,
+    )
+    torchrun.refuse_backend(backend, unavailable(run_backend, ranks, machine), "auto, gloo")
+    chosen = dict(
+        scale=scale,
+        tokens=tokens,
+        chunks=chunks,
+        collective=collective,
+        ranks=ranks,
+        backend=run_backend,
+        iters=iters,
+        warmup=warmup,
+        model_path=model_path,
+        tp_size=tp_size,
+        server_extra_args=server_extra_args,
+        num_prompts=num_prompts,
+        input_len=input_len,
+        output_len=output_len,
+    )
+    run_dir = paths.build_dir() / "overlap" / records.RUN_ID
+    return Plan(
+        scale,
+        shape,
+        tokens,
+        list(chunks),
+        collective,
+        ranks,
+        run_backend,
+        iters,
+        warmup,
+        timeout_s,
+        serving,
+        chosen,
+        run_dir,
+    )
+
+
+def microbenchmark(plan: Plan, rec: records.Recorder) -> Benchmark:
+    """Run the chunked pipeline under torchrun and record one "overlap" row per finished chunk count."""
+    result = benchmark(
+        out=plan.run_dir / "overlap.jsonl",
+        log_path=plan.run_dir / "overlap.log",
+        scale=plan.scale,
+        tokens=plan.tokens,
+        chunks=tuple(plan.chunks),
+        nproc=plan.ranks,
+        backend=plan.backend,
+        collective=plan.collective,
+        iters=plan.iters,
+        warmup=plan.warmup,
+        timeout_s=plan.timeout_s,
+    )
+    rec.add_all("overlap", result.rows)
+    print("ran" if result.run.ok else f"FAILED: {result.run.message}")
+    return result
+
+
+def save_overlap_figure(result: Benchmark, rec: records.Recorder) -> Path | None:
+    """Draw the four timings per chunk count and save it as 08_overlap_microbenchmark."""
+    if not result.rows:
+        print("no figure: no chunk count finished")
+        return None
+    fig = plots.plot_overlap(result.rows)
+    source = f"data/{rec.notebook}.jsonl run {records.RUN_ID}"
+    return figures.save_figure(
+        fig, "08_overlap_microbenchmark", records.provenance(), source=source
+    )
+
+
+def summary_for_report(rows: list[dict], serving: ServingComparison) -> dict:
+    """The notebook's one-line verdict for the decision report: status, headline, what it needs."""
+    needs = (
+        "cpu for the microbenchmark; "
+        "SGLang on a multi-GPU Blackwell node (with expert parallelism) for serving numbers"
+    )
+    parts = []
+    if rows:
+        chunked = [r for r in rows if r["chunks"] > 1] or rows
+        best = max(chunked, key=lambda r: r["efficiency"])
+        parts.append(
+            f"microbenchmark ({best['backend']}, {best['world_size']} ranks): "
+            f"best overlap efficiency {best['efficiency']:.2f} at {best['chunks']} chunks, "
+            f"{best['speedup_vs_sequential']:.2f}x the unchunked sequential speed"
+        )
+        control = next((r for r in rows if r["chunks"] == 1), None)
+        # one chunk cannot overlap anything: its efficiency is the measurement's own noise
+        if control:
+            parts.append(
+                f"the 1-chunk control, which cannot overlap, reads {control['efficiency']:.2f}"
+            )
+    ran = [r for r in serving.rows if r.get("status") == "ran"]
+    if ran:
+        parts.append(
+            "serving: " + ", ".join(f"{r['label']} {r['output_throughput']:.0f} tok/s" for r in ran)
+        )
+        status = "measured"
+    else:
+        why = serving.skip or "every configuration failed (see the server records)"
+        status = f"microbenchmark only; serving comparison not run: {why}"
+    return {"status": status, "headline": "; ".join(parts) or "nothing finished", "needs": needs}
+
+
+def verdict(
+    plan: Plan, result: Benchmark, serving: ServingComparison, rec: records.Recorder
+) -> str:
+    """Record the summary, then check every chunk count finished with the blocking result and the stated efficiency."""
+    summary = summary_for_report(result.rows, serving)
+    rec.add("summary", summary)
+    if not result.run.ok:
+        raise AssertionError(f"the microbenchmark did not finish: {result.run.message}")
+    if [r["chunks"] for r in result.rows] != plan.chunks:
+        raise AssertionError("a chunk count is missing")
+    tolerance = 0.0 if plan.collective == "all_to_all" else 1e-3
+    if any(r["max_abs_diff_vs_blocking"] > tolerance for r in result.rows):
+        raise AssertionError("the overlapped combines delivered different data")
+    stated = {r["chunks"]: r["efficiency"] for r in result.rows}
+    recomputed = {
+        r["chunks"]: efficiency(r["t_compute_ms"], r["t_comm_ms"], r["t_overlapped_ms"])
+        for r in result.rows
+    }
+    off = [c for c in stated if abs(stated[c] - recomputed[c]) >= 1e-9]
+    if off:
+        raise AssertionError(
+            f"efficiency is not (compute + comm - overlapped) / min(compute, comm) at chunks {off}"
+        )
+    if not serving.skip and not any(r["status"] == "ran" for r in serving.rows):
+        reasons = "; ".join(r["reason"] for r in serving.rows)
+        raise AssertionError(f"every server configuration failed: {reasons}")
+    return f"{summary['status']}\n{summary['headline']}"

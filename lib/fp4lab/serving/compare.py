@@ -1,0 +1,198 @@
+"""The story's serving comparison: the same model launched with and without Single Batch
+Overlap and MSCCLPP, each benchmarked with bench_serving and stopped before the next.
+
+``compare`` runs any list of configurations; ``serving_settings`` checks notebook 08's
+serving parameters and ``switch_comparison`` runs its section: skipped (and recorded as
+skipped) where the machine cannot serve, otherwise the four launches, one record each.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+import pandas as pd
+
+from fp4lab.core import params, probe, records
+from fp4lab.serving.bench import BenchmarkError, bench_serving, serving_table
+from fp4lab.serving.config import ServerConfig, check_extra_args
+from fp4lab.serving.server import ServerError, free_port, launch
+from fp4lab.serving.tiny_model import make_tiny_model
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*(/[A-Za-z0-9][\w.-]*)?")
+_MODEL_PATHS = '"" (a tiny random Llama made here), an existing model folder, or a Hugging Face id such as org/name'
+
+
+def unavailable(machine: probe.Machine | None = None) -> str | None:
+    """Why this machine cannot run the story's server comparison (SGLang on several Blackwell GPUs), or None."""
+    machine = machine or probe.machine()
+    if not machine.packages.get("sglang"):
+        return "sglang is not installed (it pins its own torch and CUDA packages: a GPU-machine install)"
+    return machine.missing("multi-gpu") or machine.missing("fp4-gpu")
+
+
+@dataclass
+class Comparison:
+    """One configuration's outcome: its serving rows, or why it has none."""
+
+    config: ServerConfig
+    status: str  # ran | failed
+    rows: list[dict] = field(default_factory=list)
+    reason: str = ""
+    findings: list[str] = field(default_factory=list)
+    ready_after_s: float | None = None
+
+    def as_record(self) -> dict:
+        """The outcome with its first bench_serving row, for records."""
+        return {
+            "label": self.config.label,
+            "status": self.status,
+            "reason": self.reason,
+            "findings": self.findings,
+            "ready_after_s": self.ready_after_s,
+            **(self.rows[0] if self.rows else {}),
+        }
+
+    def describe(self) -> str:
+        """One line: the label, how it ended, and what a failed launch's log shows."""
+        shown = f": {self.reason} ({', '.join(self.findings) or 'no known signature'})"
+        return f"{self.config.label}: {self.status.upper()}" + (shown if self.reason else "")
+
+
+def switch_matrix(base: ServerConfig) -> list[ServerConfig]:
+    """The base configuration, with SBO, with MSCCLPP, and with both."""
+    return [
+        replace(base, enable_single_batch_overlap=sbo, enable_mscclpp=mscclpp)
+        for mscclpp, sbo in ((False, False), (False, True), (True, False), (True, True))
+    ]
+
+
+def compare(
+    configs: Sequence[ServerConfig],
+    folder: Path,
+    *,
+    ready_timeout_s: float = 900.0,
+    recorder: records.Recorder | None = None,
+    **bench: object,
+) -> list[Comparison]:
+    """Launch each configuration in turn, run bench_serving against it, stop it; a failed launch is kept, named."""
+    outcomes = []
+    for config in configs:
+        log = Path(folder) / f"server_{config.label}.log"
+        out = Path(folder) / f"bench_serving_{config.label}.jsonl"
+        try:
+            with launch(config, log, ready_timeout_s) as server:
+                rows = bench_serving(server, out, recorder=recorder, **bench)
+                outcomes.append(Comparison(config, "ran", rows, ready_after_s=server.ready_after_s))
+        except (ServerError, BenchmarkError) as exc:
+            findings = [f.signature for f in getattr(exc, "findings", [])]
+            outcomes.append(
+                Comparison(config, "failed", reason=str(exc).splitlines()[0], findings=findings)
+            )
+    return outcomes
+
+
+@dataclass(frozen=True)
+class ServingSettings:
+    """The serving comparison's checked parameters."""
+
+    model_path: str
+    tp_size: int
+    server_extra_args: tuple[str, ...]
+    num_prompts: int
+    input_len: int
+    output_len: int
+    ready_timeout_s: int
+
+
+def check_model_path(model_path: object) -> None:
+    """ "" (make a tiny model), an existing folder, or something shaped like a Hugging Face id."""
+    if model_path == "" or (
+        isinstance(model_path, str) and (Path(model_path).is_dir() or _HUB_ID.fullmatch(model_path))
+    ):
+        return
+    raise ValueError(f"model_path={model_path!r} is not allowed; allowed values: {_MODEL_PATHS}")
+
+
+def serving_settings(
+    *,
+    model_path: str,
+    tp_size: int,
+    server_extra_args: list[str],
+    num_prompts: int,
+    input_len: int,
+    output_len: int,
+    ready_timeout_s: int,
+) -> ServingSettings:
+    """Check the serving parameters (ValueError naming the parameter and its allowed values)."""
+    check_model_path(model_path)
+    if isinstance(tp_size, bool) or not isinstance(tp_size, int) or tp_size < 0:
+        raise ValueError(
+            f"tp_size={tp_size!r} is not allowed; allowed values: 0 (every GPU) or a positive integer"
+        )
+    check_extra_args("server_extra_args", server_extra_args)
+    for name, value in (
+        ("num_prompts", num_prompts),
+        ("input_len", input_len),
+        ("output_len", output_len),
+        ("ready_timeout_s", ready_timeout_s),
+    ):
+        params.positive(name, value)
+    return ServingSettings(
+        model_path,
+        tp_size,
+        tuple(server_extra_args),
+        num_prompts,
+        input_len,
+        output_len,
+        ready_timeout_s,
+    )
+
+
+@dataclass
+class ServingComparison:
+    """The "server" records of the comparison, or why it did not run here."""
+
+    rows: list[dict]
+    skip: str | None
+
+    def table(self) -> pd.DataFrame:
+        """bench_serving's numbers per configuration that ran, relative to the baseline."""
+        return serving_table([r for r in self.rows if r["status"] == "ran"])
+
+
+def switch_comparison(
+    settings: ServingSettings,
+    rec: records.Recorder,
+    folder: Path,
+    machine: probe.Machine | None = None,
+) -> ServingComparison:
+    """The four launches of ``switch_matrix``, benchmarked and recorded (kind "server"); where
+    the machine cannot serve, one "server" record says it was skipped and why."""
+    machine = machine or probe.machine()
+    skip = unavailable(machine)
+    if skip:
+        print(f"serving comparison: SKIPPED: {skip}")
+        rec.add("server", {"status": "skipped", "reason": skip})
+        return ServingComparison([], skip)
+    model = settings.model_path or str(make_tiny_model(Path(folder) / "tiny_model"))
+    base = ServerConfig(
+        model,
+        tp_size=settings.tp_size or machine.gpu_count,
+        port=free_port(),
+        extra_args=settings.server_extra_args,
+    )
+    outcomes = compare(
+        switch_matrix(base),
+        folder,
+        ready_timeout_s=settings.ready_timeout_s,
+        recorder=rec,
+        num_prompts=settings.num_prompts,
+        input_len=settings.input_len,
+        output_len=settings.output_len,
+    )
+    for outcome in outcomes:
+        print(outcome.describe())
+    return ServingComparison(rec.add_all("server", [o.as_record() for o in outcomes]), None)
