@@ -8,7 +8,7 @@ are printed and recorded as skipped, with the reason.
 
     build/venv/bin/python benchmarks/nvfp4_throughput.py [--shapes 1024x1024,8192x8192]
         [--device auto|cpu|cuda] [--dtype bfloat16|float16|float32] [--formats nvfp4,mxfp4]
-        [--iters 10] [--warmup 3] [--threads N]
+        [--iters 10] [--warmup 3 (0 or more)] [--threads N]
 
 CPU numbers move with whatever else runs on the machine: each record carries the load
 average seen when the run started, and --threads 1 keeps OpenMP from waiting on a busy core.
@@ -26,8 +26,8 @@ fp4lab.setup()  # caches into build/ before torch is imported
 
 import torch  # noqa: E402
 
-from fp4lab.core import params, records
-from fp4lab.fp4 import throughput
+from fp4lab.core import params, records  # noqa: E402
+from fp4lab.fp4 import harness, throughput  # noqa: E402
 
 NOTEBOOK = "nvfp4_throughput"
 FORMATS = {"nvfp4": 16, "mxfp4": 32}
@@ -35,16 +35,15 @@ DEFAULT_SHAPES = "1024x1024,2048x2048,4096x4096"
 
 
 def parse_shapes(text: str) -> list[tuple[int, int]]:
-    shapes = []
+    """``MxK,MxK`` -> [(M, K), ...], each checked as notebook 06 checks its shapes."""
+    pairs = []
     for item in text.split(","):
         try:
             m, k = (int(v) for v in item.lower().split("x"))
         except ValueError:
             raise ValueError(f"--shapes item {item!r} is not MxK (e.g. 1024x1024)") from None
-        params.positive("--shapes M", m)
-        params.multiple_of("--shapes K", k, 32)
-        shapes.append((m, k))
-    return shapes
+        pairs.append([m, k])
+    return harness.check_shapes("--shapes", pairs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -68,26 +67,16 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         shapes = parse_shapes(args.shapes)
-        params.choice("--device", args.device, ("auto", "cpu", "cuda"))
+        device = params.device("--device", args.device)
         params.choice("--dtype", args.dtype, tuple(throughput.DTYPES))
         formats = args.formats.split(",")
         params.choices("--formats", formats, tuple(FORMATS))
         params.positive("--iters", args.iters)
-        params.positive("--warmup", args.warmup)
+        if args.warmup < 0:
+            raise ValueError(f"--warmup={args.warmup} must be 0 or more")
         params.positive("--threads", args.threads)
-        if args.device == "cuda" and not torch.cuda.is_available():
-            raise ValueError(
-                "--device=cuda is not allowed here: torch sees no CUDA GPU; allowed values: auto, cpu"
-            )
     except ValueError as e:
         parser.error(str(e))
-    device = torch.device(
-        "cuda"
-        if args.device == "auto" and torch.cuda.is_available()
-        else "cpu"
-        if args.device == "auto"
-        else args.device
-    )
     torch.set_num_threads(args.threads)
     run_params = {
         "shapes": [list(s) for s in shapes],
@@ -99,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         "threads": args.threads,
         "load_average_1min": os.getloadavg()[0],
     }
-    rows, skipped = throughput.throughput(
+    rows, skipped = throughput.quantize_vs_copy(
         shapes,
         device=device,
         dtype=throughput.DTYPES[args.dtype],
@@ -107,50 +96,29 @@ def main(argv: list[str] | None = None) -> int:
         warmup=args.warmup,
         iters=args.iters,
     )
+    rec = records.Recorder(NOTEBOOK, run_params)
     print(
-        f"{'shape':>11} {'fmt':>5} {'kernel':>18} {'ms':>9} {'GB/s':>8} {'copy GB/s':>9} {'ratio':>6} {'copy-into':>9} {'peak MiB':>9}"
+        f"{'shape':>11} {'fmt':>5} {'kernel':>18} {'ms':>9} {'GB/s':>8} {'copy GB/s':>9}"
+        f" {'ratio':>6} {'copy-into':>9} {'peak MiB':>9}"
     )
-    for r in rows:
-        records.append(NOTEBOOK, "throughput", r, run_params)
+    for r in rec.add_all("throughput", rows):
         fmt = "nvfp4" if r["block_size"] == 16 else "mxfp4"
         print(
-            f"{r['M']:>5}x{r['K']:<5} {fmt:>5} {r['kernel']:>18} {r['median_ms']:>9.2f} {r['gbps']:>8.2f} {r['copy_gbps']:>9.2f} {r['ratio_to_copy']:>6.2f} {r['copy_into_gbps']:>9.2f} {r['peak_bytes'] / 2**20:>9.1f}"
+            f"{r['M']:>5}x{r['K']:<5} {fmt:>5} {r['kernel']:>18} {r['median_ms']:>9.2f}"
+            f" {r['gbps']:>8.2f} {r['copy_gbps']:>9.2f} {r['ratio_to_copy']:>6.2f}"
+            f" {r['copy_into_gbps']:>9.2f} {r['peak_bytes'] / 2**20:>9.1f}"
         )
     for name, reason in sorted(skipped.items()):
-        records.append(
-            NOTEBOOK, "skipped", {"kernel": name, "status": "skipped", "reason": reason}, run_params
-        )
+        rec.add("skipped", {"kernel": name, "status": "skipped", "reason": reason})
         print(f"skipped {name}: {reason}")
-    kernel, goal = throughput.goal_for(device)
-    goal_rows = [r for r in rows if r["kernel"] == kernel]
-    if goal_rows:
-        worst = min(goal_rows, key=lambda r: r["ratio_to_copy"])
-        verdict = "met" if worst["ratio_to_copy"] >= goal else "NOT met"
-        summary = {
-            "kernel": kernel,
-            "goal_ratio": goal,
-            "worst_ratio": worst["ratio_to_copy"],
-            "worst_shape": [worst["M"], worst["K"]],
-            "met": worst["ratio_to_copy"] >= goal,
-        }
-        if device.type == "cuda":
-            fi = {
-                (r["M"], r["K"], r["block_size"]): r["gbps"]
-                for r in rows
-                if r["kernel"] == "flashinfer"
-            }
-            summary["at_least_flashinfer"] = (
-                all(
-                    r["gbps"] >= fi[(r["M"], r["K"], r["block_size"])]
-                    for r in goal_rows
-                    if (r["M"], r["K"], r["block_size"]) in fi
-                )
-                if fi
-                else None
-            )
-        records.append(NOTEBOOK, "goal", summary, run_params)
+    goal = throughput.goal_summary(rows, device)
+    if goal:
+        rec.add("goal", goal)
+        verdict = "met" if goal["met"] else "NOT met"
+        (m, k), worst = goal["worst_shape"], goal["worst_ratio"]
         print(
-            f"goal: {kernel} at >= {goal:.0%} of copy bandwidth: {verdict} (worst {worst['ratio_to_copy']:.0%} at {worst['M']}x{worst['K']})"
+            f"goal: {goal['kernel']} at >= {goal['goal_ratio']:.0%} of copy bandwidth: {verdict}"
+            f" (worst {worst:.0%} at {m}x{k})"
         )
     return 0
 

@@ -1,4 +1,4 @@
-"""fp4lab.fp4.accuracy: parameter checks, the activation distributions, the FP8 baseline and the metrics."""
+"""fp4lab.fp4.accuracy and notebook 06's parameter checks: shapes, distributions, FP8 baseline, metrics."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from fp4lab.core import params
-from fp4lab.fp4 import accuracy
+from fp4lab.fp4 import accuracy, harness
 
 
 @pytest.mark.parametrize(
@@ -17,11 +17,33 @@ from fp4lab.fp4 import accuracy
         ([[4, 40]], "shapes K=40 must be a multiple of 32"),
         ([[0, 64]], "shapes M=0 must be a positive integer"),
         ("64x64", "must be a non-empty list"),
-    ],  # fmt: skip
+    ],
 )
 def test_check_shapes_names_the_problem(shapes, message):
     with pytest.raises(ValueError, match=message):
-        accuracy.check_shapes("shapes", shapes)
+        harness.check_shapes("shapes", shapes)
+
+
+def test_validate_names_the_parameter_and_starts_a_run():
+    good = dict(
+        shapes=[[64, 256]],
+        distributions=["normal"],
+        seed=1,
+        device="cpu",
+        throughput_shapes=[[128, 256]],
+        throughput_iters=2,
+    )
+    run = harness.validate(**good)
+    assert run.shapes == [(64, 256)] and run.device == torch.device("cpu")
+    assert run.recorder.params == good and run.recorder.written == []
+    for bad, message in [
+        ({"seed": 1.5}, "seed=1.5 must be an integer"),
+        ({"throughput_iters": 0}, "throughput_iters=0 must be a positive integer"),
+        ({"throughput_shapes": [[8, 20]]}, "throughput_shapes K=20 must be a multiple of 32"),
+        ({"distributions": ["cauchy"]}, "distributions contains 'cauchy'"),
+    ]:
+        with pytest.raises(ValueError, match=message):
+            harness.validate(**{**good, **bad})
 
 
 def test_resolve_device():

@@ -68,6 +68,10 @@ def test_06_records_errors_crosschecks_skips_and_speed(run_notebook, isolated_ou
         ):
             assert skipped[check]["status"] == "skipped" and skipped[check]["reason"]
         assert "SKIPPED flashinfer_bit_exact: no CUDA GPU" in executed.read_text()
+    assert rows[-1]["kind"] == "summary", "the run's summary is its last record"
+    run_summary = rows[-1]["values"]
+    assert run_summary["status"].startswith("measured") and run_summary["needs"]
+    assert run_summary["headline"].startswith("reference vs 2 independent peers: 0 unexplained")
     for figure in ("06_fp4_error", "06_swizzle_128x4", "06_quantize_throughput"):
         assert (isolated_outputs / "figures" / f"{figure}.png").stat().st_size > 1000
 

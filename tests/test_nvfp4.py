@@ -1,7 +1,9 @@
-"""fp4lab.fp4.nvfp4, the spec: encodings, the kernel's edge cases, swizzle, error bounds, and independent peers."""
+"""fp4lab.fp4.nvfp4, the spec: encodings, the kernel's edge cases, swizzle, error bounds,
+independent peers and reciprocal sensitivity."""
 
 from __future__ import annotations
 
+import itertools
 import math
 
 import pytest
@@ -9,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp4lab.fp4 import crosscheck, nvfp4
+from fp4lab.fp4 import crosscheck, edge_cases, encodings, nvfp4, reciprocals, swizzle
 
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
@@ -20,59 +22,80 @@ def _u8(t: torch.Tensor) -> torch.Tensor:
 
 def test_every_code_round_trips_and_packs_even_index_low():
     codes = torch.arange(16, dtype=torch.uint8)
-    assert torch.equal(nvfp4.e2m1_encode(nvfp4.e2m1_decode(codes)), codes)
-    packed = nvfp4.pack_e2m1(codes.view(2, 8))
+    assert torch.equal(encodings.e2m1_encode(encodings.e2m1_decode(codes)), codes)
+    packed = encodings.pack_e2m1(codes.view(2, 8))
     assert packed[0, 0] == 0x10 and packed[1, 3] == (15 << 4 | 14)
-    assert torch.equal(nvfp4.unpack_e2m1(packed), codes.view(2, 8))
-    view = nvfp4.float4_view(packed)
+    assert torch.equal(encodings.unpack_e2m1(packed), codes.view(2, 8))
+    view = encodings.float4_view(packed)
     assert (
         view.dtype == torch.float4_e2m1fn_x2
         and view.shape == (2, 4)
         and view.data_ptr() == packed.data_ptr()
     )
     with pytest.raises(ValueError, match="must be even"):
-        nvfp4.pack_e2m1(torch.zeros(2, 3, dtype=torch.uint8))
+        encodings.pack_e2m1(torch.zeros(2, 3, dtype=torch.uint8))
 
 
-@pytest.mark.parametrize("low, high", list(zip(E2M1_MAGNITUDES, E2M1_MAGNITUDES[1:])))
+@pytest.mark.parametrize("low, high", list(itertools.pairwise(E2M1_MAGNITUDES)))
 def test_ties_go_to_the_even_code_and_neighbours_to_the_nearest(low, high):
     mid = torch.tensor((low + high) / 2)
     low_code, high_code = E2M1_MAGNITUDES.index(low), E2M1_MAGNITUDES.index(high)
     even = low_code if low_code % 2 == 0 else high_code
-    assert nvfp4.e2m1_encode(mid) == even
-    assert nvfp4.e2m1_encode(-mid) == even | 8
-    assert nvfp4.e2m1_encode(torch.nextafter(mid, torch.tensor(0.0))) == low_code
-    assert nvfp4.e2m1_encode(torch.nextafter(mid, torch.tensor(9.0))) == high_code
+    assert encodings.e2m1_encode(mid) == even
+    assert encodings.e2m1_encode(-mid) == even | 8
+    assert encodings.e2m1_encode(torch.nextafter(mid, torch.tensor(0.0))) == low_code
+    assert encodings.e2m1_encode(torch.nextafter(mid, torch.tensor(9.0))) == high_code
 
 
 def test_saturation_signed_zero_and_non_finite():
     v = torch.tensor(
         [6.0, 6.0001, 100.0, float("inf"), -7.0, -float("inf"), -0.0, -1e-30, 1e-30, float("nan")]
     )
-    assert nvfp4.e2m1_encode(v).tolist() == [7, 7, 7, 7, 15, 15, 8, 8, 0, nvfp4.E2M1_CODE_FOR_NAN]
+    assert encodings.e2m1_encode(v).tolist() == [
+        7,
+        7,
+        7,
+        7,
+        15,
+        15,
+        8,
+        8,
+        0,
+        encodings.E2M1_CODE_FOR_NAN,
+    ]
 
 
 def test_e4m3_scale_rounding_is_nearest_even_and_saturating():
     values = (
         torch.arange(0, 127, dtype=torch.uint8).view(torch.float8_e4m3fn).float()
     )  # every finite non-negative E4M3
-    assert torch.equal(nvfp4.e4m3_encode(values), torch.arange(0, 127, dtype=torch.uint8))
+    assert torch.equal(encodings.e4m3_encode(values), torch.arange(0, 127, dtype=torch.uint8))
     lo, hi = values[:-1], values[1:]
     mid = (lo + hi) / 2  # exact in float32
     expected_even = torch.where(
         torch.arange(126) % 2 == 0, torch.arange(126), torch.arange(1, 127)
     ).to(torch.uint8)
-    assert torch.equal(nvfp4.e4m3_encode(mid), expected_even)
+    assert torch.equal(encodings.e4m3_encode(mid), expected_even)
     assert torch.equal(
-        nvfp4.e4m3_encode(torch.nextafter(mid, hi)), torch.arange(1, 127, dtype=torch.uint8)
+        encodings.e4m3_encode(torch.nextafter(mid, hi)), torch.arange(1, 127, dtype=torch.uint8)
     )
     assert torch.equal(
-        nvfp4.e4m3_encode(torch.nextafter(mid, lo)), torch.arange(0, 126, dtype=torch.uint8)
+        encodings.e4m3_encode(torch.nextafter(mid, lo)), torch.arange(0, 126, dtype=torch.uint8)
     )
     special = torch.tensor(
         [448.0, 463.0, 464.0, 1e9, float("inf"), float("nan"), -float("nan"), 2.0**-10, 1e-30]
     )
-    assert nvfp4.e4m3_encode(special).tolist() == [0x7E, 0x7E, 0x7E, 0x7E, 0x7E, 0x7F, 0x7F, 0, 0]
+    assert encodings.e4m3_encode(special).tolist() == [
+        0x7E,
+        0x7E,
+        0x7E,
+        0x7E,
+        0x7E,
+        0x7F,
+        0x7F,
+        0,
+        0,
+    ]
 
 
 def test_e8m0_rounds_up_to_a_power_of_two():
@@ -91,7 +114,19 @@ def test_e8m0_rounds_up_to_a_power_of_two():
             float("nan"),
         ]
     )
-    assert nvfp4.e8m0_encode_round_up(v).tolist() == [127, 128, 127, 0, 1, 0, 0, 254, 254, 254, 255]
+    assert encodings.e8m0_encode_round_up(v).tolist() == [
+        127,
+        128,
+        127,
+        0,
+        1,
+        0,
+        0,
+        254,
+        254,
+        254,
+        255,
+    ]
 
 
 def test_block_amax_follows_the_kernels_nan_lanes():
@@ -107,7 +142,7 @@ def test_block_amax_follows_the_kernels_nan_lanes():
 def _nvfp4_block(values: list[float], gs: float = 1.0) -> tuple[list[int], int]:
     x = torch.tensor(values, dtype=torch.float32).view(1, 16)
     codes, sf, _ = nvfp4.quantize(x, gs)
-    return nvfp4.unpack_e2m1(codes)[0].tolist(), int(_u8(sf)[0, 0])
+    return encodings.unpack_e2m1(codes)[0].tolist(), int(_u8(sf)[0, 0])
 
 
 def test_kernel_edge_cases_nvfp4():
@@ -120,11 +155,12 @@ def test_kernel_edge_cases_nvfp4():
     assert sf == 0x7E and codes == [7, 15] + [0] * 14
     # every odd position NaN: SF is NaN (0x7F) and every code is the NaN code.
     codes, sf = _nvfp4_block([1.0, float("nan")] * 8)
-    assert sf == 0x7F and codes == [nvfp4.E2M1_CODE_FOR_NAN] * 16
+    assert sf == 0x7F and codes == [encodings.E2M1_CODE_FOR_NAN] * 16
     # a single NaN is skipped by the max; that element alone gets the NaN code.
     codes, sf = _nvfp4_block([float("nan")] + [6.0] * 15)
     assert (
-        sf == nvfp4.e4m3_encode(torch.tensor(1.0)) and codes == [nvfp4.E2M1_CODE_FOR_NAN] + [7] * 15
+        sf == encodings.e4m3_encode(torch.tensor(1.0))
+        and codes == [encodings.E2M1_CODE_FOR_NAN] + [7] * 15
     )
 
 
@@ -132,7 +168,7 @@ def test_kernel_edge_cases_mxfp4():
     def block(values):
         codes, e, gs = nvfp4.quantize(torch.tensor(values).view(1, 32), block_size=32)
         assert gs is None and e.dtype == torch.float8_e8m0fnu
-        return nvfp4.unpack_e2m1(codes)[0].tolist(), int(_u8(e)[0, 0])
+        return encodings.unpack_e2m1(codes)[0].tolist(), int(_u8(e)[0, 0])
 
     assert block([0.0] * 32) == ([0] * 32, 0)
     assert block([6.0] * 32) == ([7] * 32, 127)  # 6 * rcp(6) rounds to exactly 1.0
@@ -140,7 +176,7 @@ def test_kernel_edge_cases_mxfp4():
     assert block([1e-39, -1e-39] * 16) == ([0, 8] * 16, 0)
     # +inf saturates the exponent to 254, whose scale the kernel builds as 0: inf * 0 = NaN.
     codes, e = block([float("inf")] + [1.0] * 31)
-    assert e == 254 and codes == [nvfp4.E2M1_CODE_FOR_NAN] + [0] * 31
+    assert e == 254 and codes == [encodings.E2M1_CODE_FOR_NAN] + [0] * 31
 
 
 def test_global_scale_is_flashinfers_convention():
@@ -156,21 +192,21 @@ def test_swizzle_offsets_roundtrip_and_peers():
     grid = torch.randint(
         1, 255, (300, 13), generator=torch.Generator().manual_seed(0), dtype=torch.uint8
     )
-    swizzled = nvfp4.swizzle_128x4(grid)
-    assert swizzled.numel() == 384 * 16
+    swizzled = swizzle.swizzle_128x4(grid)
+    assert swizzled.numel() == 384 * 16 and nvfp4.swizzled_shape(300, 13) == (384, 16)
     m, k = torch.meshgrid(torch.arange(300), torch.arange(13), indexing="ij")
-    assert torch.equal(swizzled[nvfp4.swizzled_offset(m, k, 13)], grid)
+    assert torch.equal(swizzled[swizzle.swizzled_offset(m, k, 13)], grid)
     assert int(swizzled.count_nonzero()) == grid.numel()  # every pad is zero
-    assert torch.equal(nvfp4.unswizzle_128x4(swizzled, 300, 13), grid)
+    assert torch.equal(swizzle.unswizzle_128x4(swizzled, 300, 13), grid)
     assert torch.equal(swizzled, to_blocked(grid)) and torch.equal(
         swizzled, torchao_to_blocked(grid)
     )
     small = grid[:130, :5].contiguous()
     assert torch.equal(
-        from_blocked(torch.empty(130, 5 * 16), nvfp4.swizzle_128x4(small), 16), small
+        from_blocked(torch.empty(130, 5 * 16), swizzle.swizzle_128x4(small), 16), small
     )
     with pytest.raises(ValueError, match="padded to 128x4 needs"):
-        nvfp4.unswizzle_128x4(swizzled[:-1], 300, 13)
+        swizzle.unswizzle_128x4(swizzled[:-1], 300, 13)
 
 
 def test_quantize_swizzle_matches_unswizzled_and_dequantize_agrees():
@@ -187,7 +223,7 @@ def test_quantize_swizzle_matches_unswizzled_and_dequantize_agrees():
 
 def test_values_on_the_grid_round_trip_exactly():
     g = torch.Generator().manual_seed(1)
-    grid = torch.tensor(nvfp4.E2M1_VALUES)[torch.randint(0, 16, (64, 64), generator=g)]
+    grid = torch.tensor(encodings.E2M1_VALUES)[torch.randint(0, 16, (64, 64), generator=g)]
     grid[:, ::16] = 6.0  # every block reaches 6: SF = 2**j exactly at gs = 1
     x = grid * 2.0 ** torch.randint(-4, 5, (64, 4), generator=g).float().repeat_interleave(
         16, dim=1
@@ -272,24 +308,25 @@ def test_torch_mxfp4_identical_on_bfloat16_and_explained_on_float32():
 
 
 def test_peers_differ_on_adversarial_inputs_only_for_named_conventions():
-    x = crosscheck.adversarial_input()
+    x = edge_cases.adversarial_input()
     ao = crosscheck.compare_torchao_nvfp4(x)
     assert ao.unexplained == 0, ao.as_record()
     assert ao.scale_differences["scale_floor_clamp"] > 0 and ao.code_differences["nan_policy"] > 0
     mx = crosscheck.compare_torch_mxfp4(x)
     assert mx.unexplained == 0 and mx.code_differences["nan_policy"] > 0, mx.as_record()
-    ties = crosscheck.compare_torchao_nvfp4(crosscheck.tie_input())
+    ties = crosscheck.compare_torchao_nvfp4(edge_cases.tie_input())
     assert ties.unexplained == 0 and set(ties.code_differences) <= {"code_rounding"}
 
 
 def test_reciprocal_sensitivity_marks_exact_ties_only():
-    assert crosscheck.reciprocal_sensitivity(torch.randn(128, 256))["codes_that_could_move"] == 0
+    assert reciprocals.reciprocal_sensitivity(torch.randn(128, 256))["codes_that_could_move"] == 0
     assert (
-        crosscheck.reciprocal_sensitivity(crosscheck.tie_input(), 1.0)["codes_that_could_move"] == 0
+        reciprocals.reciprocal_sensitivity(edge_cases.tie_input(), 1.0)["codes_that_could_move"]
+        == 0
     )
-    movable = crosscheck.reciprocal_sensitivity(_bf16("normal"))
+    movable = reciprocals.reciprocal_sensitivity(_bf16("normal"))
     assert 0 < movable["code_fraction"] < 0.01 and movable["scales_that_could_move"] == 0
     assert (
-        crosscheck.reciprocal_sensitivity(_bf16("normal"), block_size=32)["codes_that_could_move"]
+        reciprocals.reciprocal_sensitivity(_bf16("normal"), block_size=32)["codes_that_could_move"]
         == 0
     )

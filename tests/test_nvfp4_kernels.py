@@ -16,29 +16,45 @@ import pytest
 import torch
 
 from fp4lab.core import records
-from fp4lab.fp4 import accuracy, crosscheck, flashinfer_kernel, kernels, nvfp4
+from fp4lab.fp4 import (
+    edge_cases,
+    flashinfer_kernel,
+    forwarding_bug,
+    kernels,
+    nvfp4,
+    summary,
+    throughput,
+    verdict,
+)
 
 REPO = Path(__file__).resolve().parents[1]
 
 _TRITON_CHECK = textwrap.dedent(
     """
     import torch
-    from fp4lab.fp4 import nvfp4
-    from fp4lab.fp4 import kernels
-    from fp4lab.fp4 import crosscheck as cc
-    cases = [torch.randn(37, 96, dtype=torch.bfloat16), torch.randn(130, 512, dtype=torch.float16) * 100,
-             torch.randn(64, 256), cc.adversarial_input(), cc.adversarial_input(dtype=torch.float16), cc.tie_input()]
+    from fp4lab.fp4 import edge_cases, kernels, nvfp4
+    inputs = [
+        torch.randn(37, 96, dtype=torch.bfloat16),
+        torch.randn(130, 512, dtype=torch.float16) * 100,
+        torch.randn(64, 256),
+        edge_cases.adversarial_input(),
+        edge_cases.adversarial_input(dtype=torch.float16),
+        edge_cases.tie_input(),
+    ]
     checked = 0
-    for x in cases:
+    for x in inputs:
         for block_size in (16, 32):
             if x.shape[1] % block_size:
                 continue
             for swizzle in (False, True):
                 for gs in ([None] if block_size == 32 else [None, 1.0, 3.7]):
+                    case = (x.dtype, tuple(x.shape), block_size, swizzle, gs)
                     a = nvfp4.quantize(x, gs, block_size=block_size, swizzle=swizzle)
-                    b = kernels.triton_quantize(x, gs, block_size=block_size, swizzle=swizzle, block_m=16, block_k=64)
-                    assert torch.equal(a[0], b[0]), ("codes", x.dtype, tuple(x.shape), block_size, swizzle, gs)
-                    assert torch.equal(a[1].view(torch.uint8), b[1].view(torch.uint8)), ("scales", x.dtype, tuple(x.shape), block_size, swizzle, gs)
+                    b = kernels.triton_quantize(
+                        x, gs, block_size=block_size, swizzle=swizzle, block_m=16, block_k=64
+                    )
+                    assert torch.equal(a[0], b[0]), ("codes", *case)
+                    assert torch.equal(a[1].view(torch.uint8), b[1].view(torch.uint8)), ("scales", *case)
                     assert a[1].dtype == b[1].dtype
                     checked += 1
     print("checked", checked)
@@ -69,7 +85,7 @@ def test_triton_kernel_refuses_to_run_without_a_backend():
 
 
 def test_compiled_quantize_matches_reference_bytes():
-    for x in (crosscheck.adversarial_input(), torch.randn(130, 256, dtype=torch.bfloat16)):
+    for x in (edge_cases.adversarial_input(), torch.randn(130, 256, dtype=torch.bfloat16)):
         for block_size, swizzle in ((16, True), (32, False)):
             a = nvfp4.quantize(x, block_size=block_size, swizzle=swizzle)
             b = kernels.compiled_quantize(x, block_size=block_size, swizzle=swizzle)
@@ -90,8 +106,15 @@ def fp4_quantize(input, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False, i
 
 
 @torch.library.custom_op("fp4labtest::positional_fp4_quantize", mutates_args=())
-def _positional(input: torch.Tensor, global_scale: torch.Tensor | None = None, sf_vec_size: int = 16, sf_use_ue8m0: bool = False,
-                is_sf_swizzled_layout: bool = True, is_sf_8x4_layout: bool = False, enable_pdl: bool | None = None) -> torch.Tensor:  # fmt: skip
+def _positional(
+    input: torch.Tensor,
+    global_scale: torch.Tensor | None = None,
+    sf_vec_size: int = 16,
+    sf_use_ue8m0: bool = False,
+    is_sf_swizzled_layout: bool = True,
+    is_sf_8x4_layout: bool = False,
+    enable_pdl: bool | None = None,
+) -> torch.Tensor:
     # FlashInfer 0.6.12's forwarding: enable_pdl lands in is_global_scale_inversed.
     return fp4_quantize(
         input,
@@ -105,16 +128,30 @@ def _positional(input: torch.Tensor, global_scale: torch.Tensor | None = None, s
 
 
 @torch.library.custom_op("fp4labtest::keyword_fp4_quantize", mutates_args=())
-def _keyword(input: torch.Tensor, global_scale: torch.Tensor | None = None, sf_vec_size: int = 16, sf_use_ue8m0: bool = False,
-             is_sf_swizzled_layout: bool = True, is_sf_8x4_layout: bool = False, enable_pdl: bool | None = None) -> torch.Tensor:  # fmt: skip
-    return fp4_quantize(input, global_scale, sf_vec_size, sf_use_ue8m0, is_sf_swizzled_layout=is_sf_swizzled_layout,
-                        is_sf_8x4_layout=is_sf_8x4_layout, enable_pdl=enable_pdl)  # fmt: skip
+def _keyword(
+    input: torch.Tensor,
+    global_scale: torch.Tensor | None = None,
+    sf_vec_size: int = 16,
+    sf_use_ue8m0: bool = False,
+    is_sf_swizzled_layout: bool = True,
+    is_sf_8x4_layout: bool = False,
+    enable_pdl: bool | None = None,
+) -> torch.Tensor:
+    return fp4_quantize(
+        input,
+        global_scale,
+        sf_vec_size,
+        sf_use_ue8m0,
+        is_sf_swizzled_layout=is_sf_swizzled_layout,
+        is_sf_8x4_layout=is_sf_8x4_layout,
+        enable_pdl=enable_pdl,
+    )
 
 
 def test_forwarding_spy_tells_positional_from_keyword_forwarding():
     opdef = torch._library.custom_ops._maybe_get_opdef
-    buggy = flashinfer_kernel._spy_forwarding(opdef("fp4labtest::positional_fp4_quantize"))
-    fixed = flashinfer_kernel._spy_forwarding(opdef("fp4labtest::keyword_fp4_quantize"))
+    buggy = forwarding_bug.capture_forwarded_arguments(opdef("fp4labtest::positional_fp4_quantize"))
+    fixed = forwarding_bug.capture_forwarded_arguments(opdef("fp4labtest::keyword_fp4_quantize"))
     assert buggy["status"] == "present" and buggy["forwarded_is_global_scale_inversed"] == "True"
     assert fixed["status"] == "absent" and fixed["forwarded_enable_pdl"] == "True"
 
@@ -122,12 +159,12 @@ def test_forwarding_spy_tells_positional_from_keyword_forwarding():
 def test_forwarding_bug_on_the_installed_flashinfer():
     from packaging.version import Version
 
-    result = flashinfer_kernel.forwarding_bug("cpu")
+    result = forwarding_bug.detect("cpu")
     installed = result["flashinfer"]
     if installed is None or Version(installed) < Version("0.6.12"):
         assert result["capture"]["status"] == "not testable here"
         return
-    buggy = Version(installed) < Version("0.6.19")
+    buggy = forwarding_bug.present_in_release(installed)
     assert result["capture"]["status"] == ("present" if buggy else "absent"), result
     assert (
         result["numerical"]["status"] == "not testable here"
@@ -145,7 +182,7 @@ def test_gpu_checks_say_why_they_cannot_run_on_a_cpu():
 
 
 def test_compare_bytes_and_classify_output_on_reference_bytes():
-    x = crosscheck.adversarial_input()
+    x = edge_cases.adversarial_input()
     gs = nvfp4.global_scale_for(x)
     codes, sf, _ = nvfp4.quantize_bytes(x, gs, swizzle=True)
     same = flashinfer_kernel.compare_bytes(codes, sf, x, gs)
@@ -166,9 +203,7 @@ def test_compare_bytes_and_classify_output_on_reference_bytes():
 
 
 def _gpu_input() -> tuple[torch.Tensor, torch.Tensor]:
-    x = torch.cat(
-        [crosscheck.adversarial_input(k=64), accuracy.activations("normal", 256, 64)]
-    ).cuda()
+    x = edge_cases.kernel_check_input().cuda()
     return x, nvfp4.global_scale_for(x).reshape(1)
 
 
@@ -217,8 +252,14 @@ def test_triton_kernel_on_the_gpu_matches_the_reference():
 
 
 def _benchmark(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "benchmarks/nvfp4_throughput.py", *args], cwd=REPO, capture_output=True, text=True, timeout=600,
-                          env={**os.environ, **(env or {})})  # fmt: skip
+    return subprocess.run(
+        [sys.executable, "benchmarks/nvfp4_throughput.py", *args],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=600,
+        env={**os.environ, **(env or {})},
+    )
 
 
 @pytest.mark.parametrize(
@@ -236,8 +277,11 @@ def test_benchmark_names_bad_arguments(args, message):
 
 
 def test_benchmark_prints_ratios_and_records_them(isolated_outputs):
-    done = _benchmark("--shapes", "128x256", "--formats", "nvfp4,mxfp4", "--iters", "2", "--warmup", "1", "--threads", "1",
-                      env={"FP4LAB_DATA_DIR": str(isolated_outputs / "data")})  # fmt: skip
+    done = _benchmark(
+        *("--shapes", "128x256", "--formats", "nvfp4,mxfp4"),
+        *("--iters", "2", "--warmup", "1", "--threads", "1"),
+        env={"FP4LAB_DATA_DIR": str(isolated_outputs / "data")},
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     assert (
         "copy GB/s" in done.stdout and "goal: compiled at >= 25% of copy bandwidth" in done.stdout
@@ -265,3 +309,98 @@ def test_benchmark_prints_ratios_and_records_them(isolated_outputs):
         all(r["provenance"]["packages"]["torch"] for r in rows)
         and rows[0]["params"]["threads"] == 1
     )
+
+
+def test_forwarding_bug_releases():
+    assert [
+        forwarding_bug.present_in_release(v) for v in ("0.6.11", "0.6.12", "0.6.18", "0.6.19")
+    ] == [False, True, True, False]
+
+
+def _row(kernel: str, ratio: float, m: int = 128, gbps: float = 1.0) -> dict:
+    return {
+        "kernel": kernel,
+        "ratio_to_copy": ratio,
+        "M": m,
+        "K": 256,
+        "block_size": 16,
+        "gbps": gbps,
+        "device": "cpu",
+    }
+
+
+def test_goal_summary_takes_the_worst_shape_and_compares_with_flashinfer():
+    rows = [_row("compiled", 0.3), _row("compiled", 0.2, m=256), _row("eager", 0.9)]
+    assert throughput.goal_summary(rows, torch.device("cpu")) == {
+        "kernel": "compiled",
+        "goal_ratio": throughput.CPU_GOAL,
+        "worst_ratio": 0.2,
+        "worst_shape": [256, 256],
+        "met": False,
+    }
+    gpu = [_row("triton_approx_rcp", 0.8, gbps=5.0), _row("flashinfer", 0.7, gbps=4.0)]
+    cuda = throughput.goal_summary(gpu, torch.device("cuda"))
+    assert cuda["met"] and cuda["at_least_flashinfer"] is True
+    assert throughput.goal_summary(gpu[1:], torch.device("cuda")) is None
+
+
+def _record(kind: str, **values: object) -> dict:
+    return {"kind": kind, "values": values}
+
+
+def test_summary_of_notebook_06_records():
+    rows = [
+        _record("crosscheck", peer="torchao.nvfp4_quantize", unexplained=0),
+        _record("crosscheck", peer="torch.to_mxfp(mxfp4)", unexplained=1),
+        _record("error", distribution="normal", format="nvfp4", snr_db=20.04),
+        _record("error", distribution="normal", format="mxfp4", snr_db=17.96),
+        _record("error", distribution="normal", format="fp8_e4m3_per_tensor", snr_db=30.0),
+        _record("throughput", **_row("compiled", 0.3)),
+        _record("throughput", **_row("compiled", 0.5, m=256)),
+        _record("throughput", **_row("eager", 0.9)),
+        _record("forwarding_bug", flashinfer="0.6.13", capture={"status": "present"}),
+        _record("skipped", check="flashinfer_bit_exact", status="skipped", reason="no GPU"),
+    ]
+    assert summary.summarize(rows) == {
+        "status": "measured; not run here: flashinfer_bit_exact",
+        "headline": "reference vs 2 independent peers: 1 unexplained differences; "
+        "SNR dB NVFP4 / MXFP4 / FP8 per-tensor: normal: 20.0 / 18.0 / 30.0; "
+        "compiled quantize at best 50% of copy bandwidth (256x256, cpu); "
+        "FlashInfer 0.6.13 argument-forwarding bug: present",
+        "needs": summary.NEEDS,
+    }
+    assert summary.summarize(rows[:2])["status"] == "measured"
+    assert summary.summarize([]) is None
+
+
+def _verdict_records(**changes: object) -> list[dict]:
+    values = {
+        "crosscheck": {"peer": "torchao.nvfp4_quantize", "unexplained": 0},
+        "swizzle": {"matches_formula": True, "matches_torch_to_blocked": True, "round_trips": True},
+        "forwarding_bug": {"flashinfer": "0.6.13", "capture": {"status": "present"}},
+        **changes,
+    }
+    errors = [
+        _record("error", M=64, K=256, distribution="normal", format=f, snr_db=snr)
+        for f, snr in (("nvfp4", 20.0), ("mxfp4", 18.0))
+    ]
+    speed = [_record("throughput", **_row("compiled", r)) for r in (0.3, 0.5)]
+    return [_record(kind, **v) for kind, v in values.items()] + errors + speed
+
+
+def test_verdict_reports_a_good_run_and_names_what_changed():
+    cpu = torch.device("cpu")
+    assert verdict.check_records(_verdict_records(), cpu) == (
+        "cross-checks: 1 comparisons, 0 unexplained differences; forwarding bug in flashinfer"
+        " 0.6.13: present\nspeed: compiled at 30% to 50% of copy bandwidth (goal 25%)"
+    )
+    unexplained = {"peer": "torch.to_mxfp(mxfp4)", "unexplained": 2}
+    with pytest.raises(AssertionError, match="upstream behaviour changed: unexplained"):
+        verdict.check_records(_verdict_records(crosscheck=unexplained), cpu)
+    fixed = {"flashinfer": "0.6.19", "capture": {"status": "present"}}
+    with pytest.raises(AssertionError, match=r"forwarding bug present in flashinfer 0\.6\.19"):
+        verdict.check_records(_verdict_records(forwarding_bug=fixed), cpu)
+    order = _verdict_records()
+    order[3]["values"]["snr_db"] = 17.0
+    with pytest.raises(AssertionError, match=r"NVFP4 SNR 17\.00 dB <= MXFP4 18\.00 dB on normal"):
+        verdict.check_records(order, cpu)

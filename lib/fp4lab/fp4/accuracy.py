@@ -17,26 +17,7 @@ from fp4lab.fp4 import nvfp4
 DISTRIBUTIONS = ("normal", "student_t", "outlier_channels")
 FORMATS = ("nvfp4", "mxfp4", "fp8_e4m3_per_tensor")
 OUTLIER_FRACTION, OUTLIER_GAIN, STUDENT_T_DF = 0.01, 50.0, 3.0
-
-
-def check_shapes(
-    name: str, shapes: object, k_multiple: int = nvfp4.MXFP4_BLOCK
-) -> list[tuple[int, int]]:
-    """``shapes`` must be a non-empty list of [M, K] pairs (2-D), K a multiple of ``k_multiple``."""
-    if not isinstance(shapes, (list, tuple)) or not shapes:
-        raise ValueError(f"{name}={shapes!r} must be a non-empty list of [M, K] pairs")
-    checked = []
-    for shape in shapes:
-        if not isinstance(shape, (list, tuple)) or len(shape) != 2:
-            dims = len(shape) if isinstance(shape, (list, tuple)) else "not a list"
-            raise ValueError(
-                f"{name} contains {shape!r}: each shape must be 2-D [M, K] (got {dims} dimensions); 3-D inputs are not allowed"
-            )
-        m, k = shape
-        params.positive(f"{name} M", m)
-        params.multiple_of(f"{name} K", k, k_multiple)
-        checked.append((m, k))
-    return checked
+CPU = torch.device("cpu")
 
 
 def activations(
@@ -65,7 +46,8 @@ def _chi2(m: int, k: int, g: torch.Generator) -> torch.Tensor:
 
 
 def fp8_per_tensor(x: torch.Tensor) -> torch.Tensor:
-    """Per-tensor FP8 E4M3 round trip: scale 448/amax (1 for an all-zero tensor), round to nearest even, back to float32."""
+    """Per-tensor FP8 E4M3 round trip: scale 448/amax (1 for an all-zero tensor), round to
+    nearest even, back to float32."""
     xf = x.float()
     amax = xf.abs().amax()
     scale = torch.where(amax > 0, nvfp4.E4M3_MAX / amax, torch.ones_like(amax))
@@ -103,7 +85,7 @@ def error_rows(
     distributions: list[str],
     *,
     seed: int = 0,
-    device: torch.device = torch.device("cpu"),
+    device: torch.device = CPU,
 ) -> list[dict]:
     """One row per (shape, distribution, format) with the metrics."""
     rows = []

@@ -25,14 +25,13 @@ A difference matching none is ``unexplained``; tests require that count to be ze
 
 from __future__ import annotations
 
-import itertools
 from collections import Counter
 from dataclasses import dataclass, field
 
 import numpy as np
 import torch
 
-from fp4lab.fp4 import nvfp4
+from fp4lab.fp4 import encodings, nvfp4
 
 _ULP_SLACK = 4
 """How many float32 ulps apart two arithmetic orders may land (each rounds 2-3 times)."""
@@ -86,14 +85,15 @@ def compare_torchao_nvfp4(x: torch.Tensor) -> Comparison:
     nvfp4.check_input(x, nvfp4.NVFP4_BLOCK)
     xf = x.float()
     mag = xf.abs()
-    amax = torch.where(torch.isfinite(mag), mag, torch.zeros_like(mag)).amax()
-    amax = torch.where(amax > 0, amax, torch.ones_like(amax))
-    gs = torch.full_like(amax, nvfp4.E4M3_MAX * nvfp4.E2M1_MAX) / amax  # as nvfp4.global_scale_for
-    pts = per_tensor_amax_to_scale(amax)
+    gs = nvfp4.global_scale_for(x)
+    # Deliberately not 1/gs: torchao's own convention, amax / (448*6) by its own function. An
+    # all-zero tensor's amax counts as 1 there (torchao would divide by a zero scale).
+    amax = nvfp4.finite_amax(x)
+    pts = per_tensor_amax_to_scale(torch.where(amax > 0, amax, torch.ones_like(amax)))
     ours, our_sf = nvfp4.nvfp4_codes(xf, gs)
     their_sf_e4m3, their_packed = nvfp4_quantize(x.contiguous(), 16, pts)
     theirs, their_sf = (
-        nvfp4.unpack_e2m1(their_packed.view(torch.uint8)),
+        encodings.unpack_e2m1(their_packed.view(torch.uint8)),
         their_sf_e4m3.view(torch.uint8),
     )
 
@@ -102,13 +102,13 @@ def compare_torchao_nvfp4(x: torch.Tensor) -> Comparison:
     has_nan, has_inf = _block_flags(blocks)
     vec_max = nvfp4.block_amax(blocks)
     our_sf_value = gs * (vec_max * (1.0 / torch.tensor(6.0)))
-    their_sf_value = (mag.view(m, k // 16, 16).amax(-1) / nvfp4.E2M1_MAX) / pts
+    their_sf_value = (mag.view(m, k // 16, 16).amax(-1) / encodings.E2M1_MAX) / pts
 
     floor = torch.finfo(torch.float8_e4m3fn).tiny
-    floor_byte = int(nvfp4.e4m3_encode(torch.tensor(floor)))
+    floor_byte = int(encodings.e4m3_encode(torch.tensor(floor)))
     scale_cause = np.full(tuple(our_sf.shape), "", dtype=object)
     differ = (our_sf != their_sf).numpy()
-    for idx in zip(*differ.nonzero()):
+    for idx in zip(*differ.nonzero(), strict=True):
         if has_nan[idx]:
             cause = "nan_policy"
         elif has_inf[idx]:
@@ -128,7 +128,7 @@ def compare_torchao_nvfp4(x: torch.Tensor) -> Comparison:
     )
     their_scale_value = (1.0 / pts) / their_sf.view(torch.float8_e4m3fn).float()
     code_differ = (ours != theirs).view(m, k // 16, 16)
-    for b0, b1, e in zip(*code_differ.nonzero(as_tuple=True)):
+    for b0, b1, e in zip(*code_differ.nonzero(as_tuple=True), strict=True):
         block = (int(b0), int(b1))
         value = blocks[block][e]
         if scale_cause[block]:
@@ -157,15 +157,18 @@ def compare_torch_mxfp4(x: torch.Tensor) -> Comparison:
     xf = x.float()
     ours, our_e = nvfp4.mxfp4_codes(xf)
     their_e, their_packed = to_mxfp(x.contiguous(), 32, "mxfp4")
-    their_e, theirs = their_e.view(torch.uint8), nvfp4.unpack_e2m1(their_packed.view(torch.uint8))
+    their_e, theirs = (
+        their_e.view(torch.uint8),
+        encodings.unpack_e2m1(their_packed.view(torch.uint8)),
+    )
 
     m, k = xf.shape
     blocks = xf.view(m, k // 32, 32)
     has_nan, has_inf = _block_flags(blocks)
-    descale = blocks.abs().amax(-1) / nvfp4.E2M1_MAX
+    descale = blocks.abs().amax(-1) / encodings.E2M1_MAX
     comparison = Comparison("torch.to_mxfp(mxfp4)", xf.numel(), our_e.numel())
     scale_cause = {}
-    for idx in zip(*(our_e != their_e).nonzero(as_tuple=True)):
+    for idx in zip(*(our_e != their_e).nonzero(as_tuple=True), strict=True):
         idx = tuple(int(i) for i in idx)
         if has_nan[idx]:
             cause = "nan_policy"
@@ -181,7 +184,8 @@ def compare_torch_mxfp4(x: torch.Tensor) -> Comparison:
         scale_cause[idx] = cause
         comparison.scale_differences[cause] += 1
 
-    for b0, b1, e in zip(*(ours != theirs).view(m, k // 32, 32).nonzero(as_tuple=True)):
+    code_differ = (ours != theirs).view(m, k // 32, 32)
+    for b0, b1, e in zip(*code_differ.nonzero(as_tuple=True), strict=True):
         block = (int(b0), int(b1))
         value = blocks[block][e]
         if block in scale_cause:
@@ -194,7 +198,7 @@ def compare_torch_mxfp4(x: torch.Tensor) -> Comparison:
             cause = "zero_exponent"
         else:
             scaled = value * torch.exp2(127.0 - our_e[block].float())
-            rounded_first = nvfp4.e2m1_encode(scaled.to(torch.bfloat16).float())
+            rounded_first = encodings.e2m1_encode(scaled.to(torch.bfloat16).float())
             cause = (
                 "bf16_rounding"
                 if rounded_first == theirs.view(m, k // 32, 32)[block][e]
@@ -202,109 +206,3 @@ def compare_torch_mxfp4(x: torch.Tensor) -> Comparison:
             )
         comparison.code_differences[cause] += 1
     return comparison
-
-
-def _directed(direction: int):
-    """A float32 reciprocal rounded down (-1) or up (+1): the two values rcp.approx (<= 1 ulp) can give."""
-
-    def rcp(v: torch.Tensor) -> torch.Tensor:
-        r = torch.reciprocal(v)
-        product = r.double() * v.double()  # exact: two 24-bit significands
-        if direction < 0:
-            return torch.where(product > 1, torch.nextafter(r, torch.zeros_like(r)), r)
-        return torch.where(product < 1, torch.nextafter(r, torch.full_like(r, float("inf"))), r)
-
-    return rcp
-
-
-def reciprocal_sensitive(
-    x: torch.Tensor, global_scale: torch.Tensor | float | None = None, *, block_size: int = 16
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """Masks of the codes [M, K] and scales [M, K/block] that an ulp of reciprocal error could move.
-
-    Runs the reference with every combination of round-down / round-up at each reciprocal site
-    (2**3 for NVFP4, 2 for MXFP4) and marks what differs from the correctly rounded result in
-    any combination: where the kernel's rcp.approx (error <= 1 ulp) may disagree.
-    """
-    nvfp4.check_input(x, block_size)
-    xf = x.float()
-    if block_size == nvfp4.NVFP4_BLOCK:
-        gs = (
-            nvfp4.global_scale_for(x)
-            if global_scale is None
-            else torch.as_tensor(global_scale, dtype=torch.float32).reshape(())
-        )
-        run = lambda rcp: nvfp4.nvfp4_codes(xf, gs, rcp=rcp)  # noqa: E731
-        combos = [
-            nvfp4.Reciprocals(*(_directed(d) for d in ds))
-            for ds in itertools.product((-1, 1), repeat=3)
-        ]
-    else:
-        run = lambda rcp: nvfp4.mxfp4_codes(xf, rcp=rcp)  # noqa: E731
-        combos = [nvfp4.Reciprocals(six=_directed(d)) for d in (-1, 1)]
-    codes, scales = run(nvfp4.Reciprocals())
-    code_moved = torch.zeros_like(codes, dtype=torch.bool)
-    scale_moved = torch.zeros_like(scales, dtype=torch.bool)
-    for rcp in combos:
-        c, s = run(rcp)
-        code_moved |= c != codes
-        scale_moved |= s != scales
-    return code_moved, scale_moved
-
-
-def reciprocal_sensitivity(
-    x: torch.Tensor, global_scale: torch.Tensor | float | None = None, *, block_size: int = 16
-) -> dict:
-    """Counts of reciprocal_sensitive: how many codes and scales rcp.approx could move on this input."""
-    code_moved, scale_moved = reciprocal_sensitive(x, global_scale, block_size=block_size)
-    return {
-        "block_size": block_size,
-        "elements": code_moved.numel(),
-        "blocks": scale_moved.numel(),
-        "codes_that_could_move": int(code_moved.sum()),
-        "scales_that_could_move": int(scale_moved.sum()),
-        "code_fraction": float(code_moved.float().mean()),
-        "scale_fraction": float(scale_moved.float().mean()),
-    }
-
-
-def adversarial_input(
-    rows_per_case: int = 2, k: int = 64, *, dtype: torch.dtype = torch.bfloat16, seed: int = 0
-) -> torch.Tensor:
-    """Rows that probe the edge cases: zeros, -0, E2M1 ties, SF ties, underflow, huge values, inf, NaN.
-
-    With gs = 448*6/amax of the whole tensor the scales are not powers of two; the tie rows are
-    exact only at gs = 1 (see tie_input). K must be a multiple of 32.
-    """
-    if k % 32:
-        raise ValueError(f"k={k} must be a multiple of 32")
-    g = torch.Generator().manual_seed(seed)
-    base = lambda: torch.randn(rows_per_case, k, generator=g)  # noqa: E731
-    ties = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0, 6.0]).repeat(k // 8)
-    cases = [
-        torch.zeros(rows_per_case, k),
-        -torch.zeros(rows_per_case, k),
-        base() * 1e-30,  # SF underflows to 0 at moderate gs
-        base() * 1e30,
-        ties * torch.where(torch.rand(rows_per_case, k, generator=g) < 0.5, -1.0, 1.0),
-        base(),
-    ]
-    with_inf = base()
-    with_inf[:, 3] = float("inf")
-    with_inf[:, 40] = -float("inf")
-    with_nan = base()
-    with_nan[:, 5] = float("nan")
-    with_nan[:, 1::2][:, :8] = float("nan")  # every odd position of the first 16-block
-    cases += [with_inf, with_nan]
-    return torch.cat(cases).to(dtype)
-
-
-def tie_input(k: int = 64, *, dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
-    """Blocks whose amax is 6 * 2**j, filled with E2M1 ties and their neighbours: at gs = 1 the SF is
-    exactly 2**j and every element scales exactly onto a rounding boundary."""
-    boundaries = torch.tensor([0.25, 0.75, 1.25, 1.75, 2.5, 3.5, 5.0])
-    rows = []
-    for j in range(-6, 7):
-        row = torch.cat([boundaries, -boundaries, torch.tensor([6.0, 0.0])]) * 2.0**j
-        rows.append(row.repeat(k // 16))
-    return torch.stack(rows).to(dtype)

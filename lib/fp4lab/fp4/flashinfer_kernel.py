@@ -1,19 +1,16 @@
-"""FlashInfer's FP4 quantize kernel checked against fp4lab's reference: bit-exactness, Hopper, the forwarding bug.
+"""FlashInfer's FP4 quantize kernel checked against fp4lab's reference: bit-exactness and Hopper.
 
 * ``bit_exact``: on an FP4 GPU (SM100+), ``flashinfer.fp4_quantize`` and
   ``torch.ops.flashinfer.fp4_quantize`` against ``fp4lab.fp4.nvfp4`` byte for byte. Differing
   codes are split into those the kernel's ``rcp.approx`` could move (see
-  ``crosscheck.reciprocal_sensitive``) and the rest.
+  ``reciprocals.reciprocal_sensitive``) and the rest.
 * ``hopper_probe``: on a GPU below SM100 the e2m1 conversion is compiled out (the whole kernel
   body sits under ``__CUDA_ARCH__ >= 1000``); recent FlashInfer refuses the call, older
   versions return buffers the kernel never wrote. The probe fills the caching allocator with a
   poison byte first, so "unwritten" is told apart from "all zero"; it never raises.
-* ``forwarding_bug``: FlashInfer 0.6.12 to 0.6.18 forwarded the custom op's ``enable_pdl``
-  positionally into ``fp4_quantize``'s ``is_global_scale_inversed``. Detected two ways: by
-  capturing the arguments the op's body passes on (runs anywhere, CPU included: the spy stops
-  the call before any kernel), and on an FP4 GPU numerically (op vs direct call, gs != 1).
 
 Every check returns a record; anything that cannot run says ``not testable here`` and why.
+The custom op's argument-forwarding bug is ``fp4lab.fp4.forwarding_bug``.
 """
 
 from __future__ import annotations
@@ -24,23 +21,21 @@ from typing import Any
 import torch
 
 from fp4lab.core import probe
-from fp4lab.fp4 import crosscheck, nvfp4
+from fp4lab.fp4 import encodings, kernels, nvfp4, reciprocals
+from fp4lab.fp4.swizzle import swizzled_shape
 
 POISON = 0xA5
 """Byte the allocator's free blocks hold before a probed call: surviving it means "never written"."""
 
 
-class _Captured(Exception):
-    """Raised by the spy to stop a call once its arguments are recorded."""
-
-
-def _public_fp4_quantize() -> Any:
+def public_fp4_quantize() -> Any:
+    """``flashinfer.fp4_quantize`` (imported on use: FlashInfer is optional)."""
     import flashinfer
 
     return flashinfer.fp4_quantize
 
 
-def _custom_op_definition() -> Any | None:
+def custom_op_definition() -> Any | None:
     """The torch.library definition of ``flashinfer::fp4_quantize`` (0.6.12+), or None."""
     try:
         import flashinfer  # noqa: F401  (registers the op)
@@ -71,7 +66,7 @@ def flashinfer_quantize(
         else torch.as_tensor(global_scale, dtype=torch.float32, device=x.device).reshape(1)
     )
     if via == "direct":
-        fn = _public_fp4_quantize()
+        fn = public_fp4_quantize()
         codes, sf = fn(x, gs, block_size, mx, swizzle, **_recipe_kwargs(fn))
     elif via == "custom_op":
         codes, sf = torch.ops.flashinfer.fp4_quantize(x, gs, block_size, mx, swizzle)
@@ -109,8 +104,8 @@ def compare_bytes(
             "sf_numel": sf.numel(),
             "expected_sf_numel": ref_sf.numel(),
         }
-    code_diff = nvfp4.unpack_e2m1(codes) != nvfp4.unpack_e2m1(ref_codes)
-    movable, _ = crosscheck.reciprocal_sensitive(
+    code_diff = encodings.unpack_e2m1(codes) != encodings.unpack_e2m1(ref_codes)
+    movable, _ = reciprocals.reciprocal_sensitive(
         x.cpu(), None if block_size == 32 else gs.cpu(), block_size=block_size
     )
     return {
@@ -174,7 +169,7 @@ def hopper_probe(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
         return {"status": "not testable here", "reason": "needs a CUDA tensor (a GPU below SM100)"}
     major, minor = torch.cuda.get_device_capability(x.device)
     m, k = x.shape
-    rows, cols = nvfp4.swizzled_shape(m, k // 16)
+    rows, cols = swizzled_shape(m, k // 16)
     sizes = [m * k // 2, rows * cols]
     record: dict[str, Any] = {
         "status": "ran",
@@ -210,8 +205,19 @@ def hopper_probe(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
     return record
 
 
+def _triton_approx_rcp_bytes(
+    x: torch.Tensor, gs: torch.Tensor | None, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp4lab's Triton kernel with FlashInfer's rcp.approx: (codes, scale bytes flattened)."""
+    codes, sf, _ = kernels.triton_quantize(
+        x, gs, block_size=block_size, swizzle=True, approx_rcp=True
+    )
+    return codes, sf.view(torch.uint8).reshape(-1)
+
+
 def bit_exact(x: torch.Tensor, global_scale: torch.Tensor, *, block_size: int = 16) -> dict:
-    """FlashInfer (direct and custom op) and fp4lab's Triton kernel (rcp.approx) against the reference, on an FP4 GPU."""
+    """FlashInfer (direct and custom op) and fp4lab's Triton kernel (rcp.approx) against the
+    reference, on an FP4 GPU."""
     if x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) < probe.FP4_MIN_SM:
         return {
             "status": "not testable here",
@@ -223,18 +229,16 @@ def bit_exact(x: torch.Tensor, global_scale: torch.Tensor, *, block_size: int = 
         "block_size": block_size,
         "flashinfer": probe.package_version("flashinfer-python"),
     }
-    kernels = {
+    calls = {
         "flashinfer_direct": lambda: flashinfer_quantize(x, gs, block_size=block_size),
-        "triton_approx_rcp": lambda: (lambda c, s, _: (c, s.view(torch.uint8).reshape(-1)))(
-            *kernels.triton_quantize(x, gs, block_size=block_size, swizzle=True, approx_rcp=True)
-        ),
+        "triton_approx_rcp": lambda: _triton_approx_rcp_bytes(x, gs, block_size),
     }
-    if _custom_op_definition() is not None:
-        kernels["flashinfer_custom_op"] = lambda: flashinfer_quantize(
+    if custom_op_definition() is not None:
+        calls["flashinfer_custom_op"] = lambda: flashinfer_quantize(
             x, gs, block_size=block_size, via="custom_op"
         )
     results = {}
-    for name, call in kernels.items():
+    for name, call in calls.items():
         outcome = _attempt(call)
         if outcome["ran"]:
             results[name] = (outcome["codes"], outcome["sf"])
@@ -249,103 +253,9 @@ def bit_exact(x: torch.Tensor, global_scale: torch.Tensor, *, block_size: int = 
         (fc, fs), (tc, ts) = results["flashinfer_direct"], results["triton_approx_rcp"]
         record["triton_equals_flashinfer"] = bool(torch.equal(fc, tc) and torch.equal(fs, ts))
     if "flashinfer_direct" in results:
-        codes = nvfp4.unpack_e2m1(results["flashinfer_direct"][0].cpu())
+        codes = encodings.unpack_e2m1(results["flashinfer_direct"][0].cpu())
         nan_codes = codes[torch.isnan(x.float().cpu())]
         record["kernel_code_for_nan"] = (
             sorted({int(c) for c in nan_codes.unique()}) if nan_codes.numel() else None
         )
-    return record
-
-
-def _spy_forwarding(opdef: Any) -> dict:
-    """Call the custom op's Python body with enable_pdl=True on a CPU tensor; the spy records what it forwards."""
-    body = opdef._init_fn
-    public = body.__globals__.get("fp4_quantize")
-    if public is None:
-        return {
-            "status": "not testable here",
-            "reason": "the custom op's body does not call a module-level fp4_quantize",
-        }
-    signature = inspect.signature(public)
-    seen: dict = {}
-
-    def spy(*args: Any, **kwargs: Any) -> Any:
-        bound = signature.bind(*args, **kwargs)
-        bound.apply_defaults()
-        seen.update(bound.arguments)
-        raise _Captured
-
-    body.__globals__["fp4_quantize"] = spy
-    try:
-        body(torch.zeros(128, 64, dtype=torch.bfloat16), torch.tensor([2.0]), enable_pdl=True)
-    except _Captured:
-        pass
-    finally:
-        body.__globals__["fp4_quantize"] = public
-    if not seen:
-        return {
-            "status": "not testable here",
-            "reason": "the custom op's body never reached fp4_quantize",
-        }
-    inversed = seen.get("is_global_scale_inversed")
-    return {
-        "status": "present" if inversed else "absent",
-        "forwarded_is_global_scale_inversed": repr(inversed),
-        "forwarded_enable_pdl": repr(seen.get("enable_pdl")),
-    }
-
-
-def _numerical_forwarding(device: torch.device) -> dict:
-    if device.type != "cuda" or torch.cuda.get_device_capability(device) < probe.FP4_MIN_SM:
-        return {
-            "status": "not testable here",
-            "reason": probe.machine().missing("fp4-gpu") or "needs an SM100+ GPU",
-        }
-    x = torch.randn(256, 512, device=device, dtype=torch.bfloat16)
-    gs = torch.tensor([448.0 * 6.0 / float(x.float().abs().max())], device=device)
-    direct = _public_fp4_quantize()(x, gs, 16, False, True, enable_pdl=True)
-    through_op = torch.ops.flashinfer.fp4_quantize(x, gs, 16, False, True, False, True)
-    inverted = _public_fp4_quantize()(
-        x, gs, 16, False, True, is_global_scale_inversed=True, enable_pdl=True
-    )
-    same = all(
-        torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(direct, through_op)
-    )
-    like_inverted = all(
-        torch.equal(a.view(torch.uint8), b.view(torch.uint8)) for a, b in zip(inverted, through_op)
-    )
-    status = (
-        "absent"
-        if same
-        else "present"
-        if like_inverted
-        else "op and direct call disagree otherwise"
-    )
-    return {"status": status, "op_equals_direct": same, "op_equals_inverted_direct": like_inverted}
-
-
-def forwarding_bug(device: torch.device | str | None = None) -> dict:
-    """Whether the installed FlashInfer's custom op inverts the global scale (0.6.12-0.6.18 bug)."""
-    record: dict[str, Any] = {"flashinfer": probe.package_version("flashinfer-python")}
-    opdef = _custom_op_definition()
-    if opdef is None:
-        reason = (
-            "flashinfer is not installed"
-            if probe.package_version("flashinfer-python") is None
-            else "this FlashInfer has no torch.ops.flashinfer.fp4_quantize (added in 0.6.12)"
-        )
-        return {
-            **record,
-            "capture": {"status": "not testable here", "reason": reason},
-            "numerical": {"status": "not testable here", "reason": reason},
-        }
-    record["capture"] = _spy_forwarding(opdef)
-    device = torch.device(device or ("cuda" if torch.cuda.is_available() else "cpu"))
-    try:
-        record["numerical"] = _numerical_forwarding(device)
-    except Exception as e:
-        record["numerical"] = {
-            "status": "not testable here",
-            "reason": f"{type(e).__name__}: {e}"[:300],
-        }
     return record

@@ -20,6 +20,7 @@ from typing import Any
 import torch
 
 from fp4lab.fp4 import nvfp4
+from fp4lab.fp4.swizzle import swizzle_128x4, swizzled_shape
 
 
 def triton_available() -> str | None:
@@ -57,26 +58,15 @@ def triton_quantize(
             "approx_rcp=True uses inline PTX (rcp.approx.ftz.f32); it needs a CUDA tensor"
         )
     mx = block_size == nvfp4.MXFP4_BLOCK
-    if mx and global_scale is not None:
-        raise ValueError(
-            "global_scale must be None for MXFP4 (block_size=32): MXFP4 has no global scale"
-        )
+    gs = nvfp4.resolve_global_scale(x, global_scale, block_size)
+    gs_arg = torch.ones((), dtype=torch.float32, device=x.device) if gs is None else gs
     x = x if x.stride(-1) == 1 else x.contiguous()
     m, k = x.shape
-    if mx:
-        gs = None
-        gs_arg = torch.ones((), dtype=torch.float32, device=x.device)
-    else:
-        gs = (
-            nvfp4.global_scale_for(x)
-            if global_scale is None
-            else torch.as_tensor(global_scale, dtype=torch.float32).reshape(())
-        )
-        gs = gs_arg = gs.to(x.device)
     s = k // block_size
+    rows, cols = swizzled_shape(m, s)
     codes = torch.empty(m, k // 2, dtype=torch.uint8, device=x.device)
     sf = (
-        torch.zeros(-(-m // 128) * 128 * (-(-s // 4) * 4), dtype=torch.uint8, device=x.device)
+        torch.zeros(rows * cols, dtype=torch.uint8, device=x.device)
         if swizzle
         else torch.empty(m, s, dtype=torch.uint8, device=x.device)
     )
@@ -91,7 +81,7 @@ def triton_quantize(
         m,
         k,
         x.stride(0),
-        -(-s // 4),
+        cols // 4,
         BLOCK=block_size,
         MX=mx,
         SWIZZLE=swizzle,
@@ -129,5 +119,5 @@ def compiled_quantize(
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         codes, sf_bytes, gs = _compiled_quantize_bytes()(x, global_scale, block_size=block_size)
     if swizzle:
-        sf_bytes = nvfp4.swizzle_128x4(sf_bytes)
+        sf_bytes = swizzle_128x4(sf_bytes)
     return codes, nvfp4.scales_view(sf_bytes, block_size), gs

@@ -26,14 +26,14 @@ The reference reproduces FlashInfer's CUDA kernel, ``cvt_warp_fp16_to_fp4`` in
 * NaN input to the E2M1 conversion: E2M1 has no NaN. The PTX text available to us states the
   .satfinite rule (NaN -> NaN, overflow -> sign-preserved MAX_NORM) only for destinations that
   have a NaN; public sources disagree on what ``cvt.rn.satfinite.e2m1x2.f32`` returns for NaN
-  (positive MAX_NORM, or 0). The reference uses ``E2M1_CODE_FOR_NAN`` (0x7, +6): NOT verified
-  on hardware here; the GPU test compares it with the kernel.
+  (positive MAX_NORM, or 0). The reference uses ``encodings.E2M1_CODE_FOR_NAN`` (0x7, +6): NOT
+  verified on hardware here; the GPU test compares it with the kernel.
 
 Where the kernel and this reference can differ, by design of the CPU:
 
 * the kernel's reciprocals are ``rcp.approx.ftz.f32`` (max error 1 ulp, not correctly rounded);
   the reference rounds them correctly. A code or SF moves only where a value sits within an
-  ulp of a rounding boundary; ``fp4lab.fp4.crosscheck.reciprocal_sensitivity`` counts how
+  ulp of a rounding boundary; ``fp4lab.fp4.reciprocals.reciprocal_sensitivity`` counts how
   often that can happen on given data.
 * FlashInfer compiles with ``-use_fast_math`` (flush to zero): float32 subnormal intermediates
   become 0. That changes nothing for SF and codes (both round such values to zero) as long as
@@ -42,6 +42,8 @@ Where the kernel and this reference can differ, by design of the CPU:
   extension of the same arithmetic.
 
 The global scale follows FlashInfer: ``gs = 448 * 6 / amax`` (torchao stores the inverse).
+The encodings live in ``fp4lab.fp4.encodings``, the scale layout in ``fp4lab.fp4.swizzle``
+(``swizzled_shape`` is importable from here too).
 """
 
 from __future__ import annotations
@@ -51,33 +53,19 @@ from typing import NamedTuple
 
 import torch
 
-E2M1_VALUES = (
-    0.0,
-    0.5,
-    1.0,
-    1.5,
-    2.0,
-    3.0,
-    4.0,
-    6.0,
-    -0.0,
-    -0.5,
-    -1.0,
-    -1.5,
-    -2.0,
-    -3.0,
-    -4.0,
-    -6.0,
+from fp4lab.fp4.encodings import (
+    E2M1_MAX,
+    E4M3_MAX,
+    E8M0_MAX_FINITE,
+    e2m1_decode,
+    e2m1_encode,
+    e4m3_encode,
+    e8m0_encode_round_up,
+    pack_e2m1,
+    unpack_e2m1,
 )
-"""The value of each 4-bit E2M1 code: bit 3 is the sign."""
-
-E2M1_MAX = 6.0
-E4M3_MAX = 448.0
-E4M3_NAN = 0x7F
-E8M0_NAN = 0xFF
-E8M0_MAX_FINITE = 0xFE
-E2M1_CODE_FOR_NAN = 0x7
-"""Code the reference gives a NaN reaching the E2M1 conversion (+6); unverified, see module doc."""
+from fp4lab.fp4.swizzle import swizzle_128x4, unswizzle_128x4
+from fp4lab.fp4.swizzle import swizzled_shape as swizzled_shape
 
 NVFP4_BLOCK = 16
 MXFP4_BLOCK = 32
@@ -86,6 +74,7 @@ INPUT_DTYPES = (torch.float32, torch.bfloat16, torch.float16)
 
 
 def check_block_size(block_size: int) -> None:
+    """``block_size`` must be 16 (NVFP4) or 32 (MXFP4)."""
     if block_size not in BLOCK_SIZES:
         raise ValueError(
             f"block_size={block_size!r} is not allowed; allowed values: 16 (NVFP4), 32 (MXFP4)"
@@ -110,51 +99,6 @@ def reciprocal(v: torch.Tensor) -> torch.Tensor:
     return torch.reciprocal(v)
 
 
-def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
-    """Nearest E2M1 code (uint8, 0..15) of float32 values: ties to even, saturating, sign of zero kept.
-
-    Per binade the E2M1 grid is evenly spaced, so the code is an integer rounding (torch.round
-    rounds half to even, and the even integer is the even code): [0, 2) in steps of 0.5,
-    [2, 4) in steps of 1, [4, 6] in steps of 2. Every scaling here is exact.
-    """
-    m = v.abs().clamp(max=E2M1_MAX)
-    code = torch.where(
-        m < 2.0,
-        torch.round(m * 2.0),
-        torch.where(m < 4.0, torch.round(m) + 2.0, torch.round(m * 0.5) + 4.0),
-    )
-    negative = (
-        torch.copysign(torch.ones_like(m), v) < 0
-    )  # the sign bit, -0.0 included (vectorizes; signbit does not)
-    code = code + negative.float() * 8.0
-    return torch.where(v != v, torch.full_like(code, E2M1_CODE_FOR_NAN), code).to(torch.uint8)
-
-
-def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
-    """Float32 values of 4-bit codes (uint8 holding 0..15)."""
-    return torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)[codes.long()]
-
-
-def e4m3_encode(v: torch.Tensor) -> torch.Tensor:
-    """uint8 E4M3 bytes of float32 values as ``cvt.rn.satfinite.e4m3x2.f32``: RNE, +-448 saturation, NaN 0x7F."""
-    byte = v.clamp(-E4M3_MAX, E4M3_MAX).to(torch.float8_e4m3fn).view(torch.uint8)
-    return torch.where(torch.isnan(v), torch.full_like(byte, E4M3_NAN), byte)
-
-
-def e8m0_encode_round_up(v: torch.Tensor) -> torch.Tensor:
-    """uint8 E8M0 code of the smallest power of two >= v, clamped to [2**-127, 2**127]; 255 for NaN.
-
-    ``cvt.rp.satfinite.ue8m0x2.f32`` for v >= 0: 0 and values up to 2**-127 give 0, +inf gives 254.
-    """
-    mantissa, exponent = torch.frexp(v)
-    log2_up = torch.where(mantissa == 0.5, exponent - 1, exponent)
-    code = (log2_up + 127).clamp(0, E8M0_MAX_FINITE)
-    code = torch.where(v == 0, torch.zeros_like(code), code)
-    code = torch.where(torch.isinf(v), torch.full_like(code, E8M0_MAX_FINITE), code)
-    code = torch.where(torch.isnan(v), torch.full_like(code, E8M0_NAN), code)
-    return code.to(torch.uint8)
-
-
 def block_amax(blocks: torch.Tensor) -> torch.Tensor:
     """The kernel's vecMax over the last dim: the max of |x| skipping NaN, but NaN when every odd
     position is NaN (the even and odd lanes are NaN-skipping maxima joined by ``(even > odd) ? even : odd``)."""
@@ -167,81 +111,38 @@ def block_amax(blocks: torch.Tensor) -> torch.Tensor:
     return torch.where(odd_lane_all_nan, torch.full_like(largest, float("nan")), largest)
 
 
-def pack_e2m1(codes: torch.Tensor) -> torch.Tensor:
-    """[M, K] codes -> [M, K/2] bytes, the even index in the low nibble."""
-    if codes.shape[-1] % 2:
-        raise ValueError(
-            f"the last dimension must be even to pack two codes a byte; got {codes.shape[-1]}"
-        )
-    pairs = codes.contiguous().view(torch.int16)  # little-endian: the even code is the low byte
-    return ((pairs & 0x0F) | ((pairs >> 4) & 0xF0)).to(torch.uint8)
-
-
-def unpack_e2m1(packed: torch.Tensor) -> torch.Tensor:
-    """[M, K/2] bytes -> [M, K] codes."""
-    return torch.stack((packed & 0x0F, packed >> 4), dim=-1).flatten(-2)
-
-
-def float4_view(packed: torch.Tensor) -> torch.Tensor:
-    """The packed bytes viewed as torch.float4_e2m1fn_x2 (same memory, no conversion)."""
-    return packed.view(torch.float4_e2m1fn_x2)
-
-
-def _round_up(n: int, base: int) -> int:
-    return (n + base - 1) // base * base
-
-
-def swizzled_shape(m: int, scale_cols: int) -> tuple[int, int]:
-    """The [rows, cols] of [m, scale_cols] scales in the 128x4 layout: rows padded to 128, columns to 4."""
-    return _round_up(m, 128), _round_up(scale_cols, 4)
-
-
-def swizzled_offset(
-    m: torch.Tensor | int, k: torch.Tensor | int, scale_cols: int
-) -> torch.Tensor | int:
-    """Position of scale (m, k) in the 128x4 layout of [M, scale_cols] scales (cuBLAS formula)."""
-    k_tiles = _round_up(scale_cols, 4) // 4
-    return (m // 128 * k_tiles + k // 4) * 512 + (m % 32) * 16 + (m % 128) // 32 * 4 + k % 4
-
-
-def swizzle_128x4(scales: torch.Tensor) -> torch.Tensor:
-    """[M, S] scales -> 1-D swizzled order (rows padded to 128, columns to 4, pads zero).
-
-    Within a 512-byte tile the scale of (m, k) sits at ``(m%32)*16 + ((m%128)//32)*4 + k%4``;
-    tiles are ordered [M/128, S/4], row tiles outermost.
-    """
-    m, s = scales.shape
-    mp, sp = swizzled_shape(m, s)
-    raw = scales.view(torch.uint8) if scales.element_size() == 1 else scales
-    padded = torch.zeros(mp, sp, dtype=raw.dtype, device=raw.device)
-    padded[:m, :s] = raw
-    tiled = padded.view(mp // 128, 4, 32, sp // 4, 4).permute(0, 3, 2, 1, 4).reshape(-1)
-    return tiled.view(scales.dtype) if raw is not scales else tiled
-
-
-def unswizzle_128x4(swizzled: torch.Tensor, m: int, s: int) -> torch.Tensor:
-    """Inverse of swizzle_128x4: the 1-D swizzled scales back to [m, s]."""
-    mp, sp = swizzled_shape(m, s)
-    if swizzled.numel() != mp * sp:
-        raise ValueError(
-            f"swizzled has {swizzled.numel()} scales; [{m}, {s}] padded to 128x4 needs {mp * sp}"
-        )
-    raw = swizzled.view(torch.uint8) if swizzled.element_size() == 1 else swizzled
-    grid = raw.reshape(mp // 128, sp // 4, 32, 4, 4).permute(0, 3, 2, 1, 4).reshape(mp, sp)
-    out = grid[:m, :s].contiguous()
-    return out.view(swizzled.dtype) if raw is not swizzled else out
+def finite_amax(x: torch.Tensor) -> torch.Tensor:
+    """The largest |x| over the finite elements (0 when there are none), float32."""
+    mag = x.detach().float().abs()
+    return torch.where(mag < float("inf"), mag, torch.zeros_like(mag)).amax()  # NaN < inf is False
 
 
 def global_scale_for(x: torch.Tensor) -> torch.Tensor:
     """FlashInfer's NVFP4 global scale, 448*6/amax over the finite elements, float32 (1.0 when that amax is 0)."""
-    mag = x.detach().float().abs()
-    amax = torch.where(
-        mag < float("inf"), mag, torch.zeros_like(mag)
-    ).amax()  # finite only; NaN < inf is False
+    amax = finite_amax(x)
     # A correctly rounded division: ``2688 / tensor`` in torch is reciprocal(tensor) * 2688, rounded twice.
     return torch.where(
         amax > 0, torch.full_like(amax, E4M3_MAX * E2M1_MAX) / amax, torch.ones_like(amax)
-    ).to(torch.float32)
+    )
+
+
+def resolve_global_scale(
+    x: torch.Tensor, global_scale: torch.Tensor | float | None, block_size: int
+) -> torch.Tensor | None:
+    """The global scale quantize uses: None for MXFP4, else ``global_scale`` or global_scale_for(x),
+    as a float32 scalar on x's device. MXFP4 with a global scale is an error."""
+    if block_size == MXFP4_BLOCK:
+        if global_scale is not None:
+            raise ValueError(
+                "global_scale must be None for MXFP4 (block_size=32): MXFP4 has no global scale"
+            )
+        return None
+    gs = (
+        global_scale_for(x)
+        if global_scale is None
+        else torch.as_tensor(global_scale, dtype=torch.float32).reshape(())
+    )
+    return gs.to(x.device)
 
 
 def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
@@ -256,12 +157,15 @@ class Reciprocals(NamedTuple):
     scale: Callable[[torch.Tensor], torch.Tensor] = reciprocal
 
 
+CORRECTLY_ROUNDED = Reciprocals()
+
+
 def nvfp4_codes(
-    xf: torch.Tensor, gs: torch.Tensor, *, rcp: Reciprocals = Reciprocals()
+    xf: torch.Tensor, gs: torch.Tensor, *, rcp: Reciprocals = CORRECTLY_ROUNDED
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """NVFP4 of float32 [M, K]: (unpacked codes uint8 [M, K], SF bytes uint8 [M, K/16]).
 
-    ``rcp`` defaults to correct rounding at every site; ``fp4lab.fp4.crosscheck`` passes
+    ``rcp`` defaults to correct rounding at every site; ``fp4lab.fp4.reciprocals`` passes
     directed roundings to bound the kernel's rcp.approx.
     """
     m, k = xf.shape
@@ -273,7 +177,7 @@ def nvfp4_codes(
 
 
 def mxfp4_codes(
-    xf: torch.Tensor, *, rcp: Reciprocals = Reciprocals()
+    xf: torch.Tensor, *, rcp: Reciprocals = CORRECTLY_ROUNDED
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """MXFP4 of float32 [M, K]: (unpacked codes uint8 [M, K], E8M0 bytes uint8 [M, K/32])."""
     m, k = xf.shape
@@ -296,21 +200,8 @@ def quantize_bytes(
     """quantize with the scales as raw uint8 bytes (what a compiled graph can return on every backend)."""
     check_input(x, block_size)
     xf = x.float()
-    if block_size == MXFP4_BLOCK:
-        if global_scale is not None:
-            raise ValueError(
-                "global_scale must be None for MXFP4 (block_size=32): MXFP4 has no global scale"
-            )
-        codes, sf_byte = mxfp4_codes(xf)
-        gs = None
-    else:
-        gs = (
-            global_scale_for(x)
-            if global_scale is None
-            else torch.as_tensor(global_scale, dtype=torch.float32).reshape(())
-        )
-        gs = gs.to(xf.device)
-        codes, sf_byte = nvfp4_codes(xf, gs)
+    gs = resolve_global_scale(x, global_scale, block_size)
+    codes, sf_byte = mxfp4_codes(xf) if gs is None else nvfp4_codes(xf, gs)
     return pack_e2m1(codes), swizzle_128x4(sf_byte) if swizzle else sf_byte, gs
 
 

@@ -19,7 +19,7 @@ def plot_fp4_errors(rows: list[dict]) -> object:
     )
     fig, axes = plt.subplots(1, len(panels), figsize=(11, 3.4))
     width = 0.8 / len(formats)
-    for ax, (key, label, log) in zip(axes, panels):
+    for ax, (key, label, log) in zip(axes, panels, strict=True):
         for i, fmt in enumerate(formats):
             values = [
                 frame[(frame["distribution"] == d) & (frame["format"] == fmt)][key].mean()
@@ -50,10 +50,10 @@ def plot_swizzle_128x4(rows: int = 256, scale_cols: int = 8) -> object:
     import matplotlib.pyplot as plt
     import numpy as np
 
-    from fp4lab.fp4 import nvfp4
+    from fp4lab.fp4 import swizzle
 
     m, k = np.meshgrid(np.arange(rows), np.arange(scale_cols), indexing="ij")
-    offset = nvfp4.swizzled_offset(m, k, scale_cols)
+    offset = swizzle.swizzled_offset(m, k, scale_cols)
     fig, ax = plt.subplots(figsize=(4 + scale_cols * 0.4, 7))
     ax.imshow(offset // 512, aspect="auto", cmap="tab20", interpolation="nearest")
     for r in range(0, rows, 8):

@@ -2,44 +2,57 @@
 
 from __future__ import annotations
 
+from collections import defaultdict
 
-def _of_kind(rows: list[dict], kind: str) -> list[dict]:
-    return [r for r in rows if r["kind"] == kind]
+FORMAT_ORDER = ("nvfp4", "mxfp4", "fp8_e4m3_per_tensor")
+NEEDS = "cpu for the reference and its checks; an SM100+ GPU for FlashInfer's kernel and GPU speed"
+
+
+def _snr_by_distribution(errors: list[dict]) -> str:
+    """``distribution: nvfp4 / mxfp4 / fp8`` SNR in dB, one part per distribution, in first-seen order."""
+    snr = {(e["distribution"], e["format"]): e["snr_db"] for e in errors}
+    parts = []
+    for distribution in dict.fromkeys(d for d, _ in snr):
+        measured = [snr[(distribution, f)] for f in FORMAT_ORDER if (distribution, f) in snr]
+        parts.append(f"{distribution}: " + " / ".join(f"{v:.1f}" for v in measured))
+    return "; ".join(parts)
+
+
+def values_by_kind(rows: list[dict]) -> defaultdict[str, list[dict]]:
+    """Records' values grouped by kind, oldest first; a kind with no record gives []."""
+    by_kind: defaultdict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by_kind[row["kind"]].append(row["values"])
+    return by_kind
 
 
 def summarize(rows: list[dict]) -> dict | None:
-    """Notebook 06's records in one line each: cross-checks, error by format, speed, GPU checks."""
+    """Notebook 06's records as {status, headline, needs}: cross-checks, error by format, speed,
+    the forwarding bug, and what did not run here. None without records."""
     if not rows:
         return None
-    checks = [r["values"] for r in _of_kind(rows, "crosscheck")]
+    by_kind = values_by_kind(rows)
+    checks = by_kind["crosscheck"]
     unexplained = sum(c["unexplained"] for c in checks)
-    errors = {
-        (e["values"]["distribution"], e["values"]["format"]): e["values"]["snr_db"]
-        for e in _of_kind(rows, "error")
-    }
-    snr = "; ".join(
-        f"{dist}: "
-        + " / ".join(
-            f"{errors[(dist, fmt)]:.1f}"
-            for fmt in ("nvfp4", "mxfp4", "fp8_e4m3_per_tensor")
-            if (dist, fmt) in errors
-        )
-        for dist in dict.fromkeys(d for d, _ in errors)
-    )
-    speed = [
-        t["values"] for t in _of_kind(rows, "throughput") if t["values"]["kernel"] == "compiled"
-    ]
-    best = max(speed, key=lambda t: t["ratio_to_copy"]) if speed else None
-    skipped = [r["values"]["check"] for r in _of_kind(rows, "skipped")]
-    bug = _of_kind(rows, "forwarding_bug")
-    headline = f"reference vs {len({c['peer'] for c in checks})} independent peers: {unexplained} unexplained differences"
+    peers = len({c["peer"] for c in checks})
+    headline = f"reference vs {peers} independent peers: {unexplained} unexplained differences"
+    snr = _snr_by_distribution(by_kind["error"])
     headline += f"; SNR dB NVFP4 / MXFP4 / FP8 per-tensor: {snr}" if snr else ""
-    if best:
-        headline += f"; compiled quantize at best {best['ratio_to_copy']:.0%} of copy bandwidth ({best['M']}x{best['K']}, {best['device']})"
-    if bug:
-        headline += f"; FlashInfer {bug[0]['values']['flashinfer']} argument-forwarding bug: {bug[0]['values']['capture']['status']}"
+    compiled = [t for t in by_kind["throughput"] if t["kernel"] == "compiled"]
+    if compiled:
+        best = max(compiled, key=lambda t: t["ratio_to_copy"])
+        headline += (
+            f"; compiled quantize at best {best['ratio_to_copy']:.0%} of copy bandwidth"
+            f" ({best['M']}x{best['K']}, {best['device']})"
+        )
+    if by_kind["forwarding_bug"]:
+        bug = by_kind["forwarding_bug"][0]
+        headline += (
+            f"; FlashInfer {bug['flashinfer']} argument-forwarding bug: {bug['capture']['status']}"
+        )
+    skipped = [s["check"] for s in by_kind["skipped"]]
     return {
         "status": "measured" + (f"; not run here: {', '.join(skipped)}" if skipped else ""),
         "headline": headline,
-        "needs": "cpu for the reference and its checks; an SM100+ GPU for FlashInfer's kernel and GPU speed",
+        "needs": NEEDS,
     }

@@ -1,12 +1,14 @@
-"""Quantize throughput against the memory-copy line, measured in one run (benchmarks/nvfp4_throughput.py, notebook 06).
+"""Quantize throughput against the memory-copy line, measured in one run.
+
+Used by benchmarks/nvfp4_throughput.py and notebook 06.
 
 GB/s are bytes of *input* per second. The copy line is ``x.clone()`` of the same tensor (it
 reads x, allocates and writes a copy, as a kernel returning new tensors does), timed before
 and after the kernels of a shape so a busy machine shows in both; the ratio uses their mean.
 ``copy_into_gbps`` is a copy into a preallocated buffer, the allocator taken out: on a CPU
-the two differ by whether fresh pages are faulted in, which moves the line severalfold. Peak memory is the most bytes allocated during one
-call beyond its input: the CUDA caching allocator's peak on a GPU, the running sum of the
-profiler's allocation events on a CPU.
+the two differ by whether fresh pages are faulted in, which moves the line severalfold.
+Peak memory is the most bytes allocated during one call beyond its input: the CUDA caching
+allocator's peak on a GPU, the running sum of the profiler's allocation events on a CPU.
 """
 
 from __future__ import annotations
@@ -47,14 +49,15 @@ def candidates(
         run["triton_approx_rcp"] = lambda x: kernels.triton_quantize(
             x, block_size=block_size, swizzle=True, approx_rcp=True
         )
-    if torch.cuda.get_device_capability(device) >= probe.FP4_MIN_SM:
+    sm = torch.cuda.get_device_capability(device)
+    if sm >= probe.FP4_MIN_SM:
         gs = torch.ones(1, device=device)
         run["flashinfer"] = lambda x: flashinfer_kernel.flashinfer_quantize(
             x, None if block_size == 32 else gs, block_size=block_size
         )
     else:
         skipped["flashinfer"] = (
-            f"FlashInfer's FP4 quantize needs SM100+; this GPU is SM{''.join(map(str, torch.cuda.get_device_capability(device)))}"
+            f"FlashInfer's FP4 quantize needs SM100+; this GPU is SM{sm[0]}{sm[1]}"
         )
     return run, skipped
 
@@ -79,7 +82,7 @@ def peak_bytes(fn: Callable, x: torch.Tensor) -> int:
     return max(itertools.accumulate((e.nbytes() for e in events), initial=0))
 
 
-def throughput(
+def quantize_vs_copy(
     shapes: list[tuple[int, int]],
     *,
     device: torch.device,
@@ -140,3 +143,31 @@ def throughput(
 def goal_for(device: torch.device) -> tuple[str, float]:
     """Which kernel the speed goal is about on this device, and the ratio to copy it asks for."""
     return ("compiled", CPU_GOAL) if device.type == "cpu" else ("triton_approx_rcp", GPU_GOAL)
+
+
+def _case(row: dict) -> tuple[int, int, int]:
+    return row["M"], row["K"], row["block_size"]
+
+
+def goal_summary(rows: list[dict], device: torch.device) -> dict | None:
+    """The goal kernel's worst ratio to copy over the rows and whether it meets the goal; on a GPU
+    also whether it is at least FlashInfer's speed wherever both ran. None without goal rows."""
+    kernel, goal = goal_for(device)
+    goal_rows = [r for r in rows if r["kernel"] == kernel]
+    if not goal_rows:
+        return None
+    worst = min(goal_rows, key=lambda r: r["ratio_to_copy"])
+    summary = {
+        "kernel": kernel,
+        "goal_ratio": goal,
+        "worst_ratio": worst["ratio_to_copy"],
+        "worst_shape": [worst["M"], worst["K"]],
+        "met": worst["ratio_to_copy"] >= goal,
+    }
+    if device.type == "cuda":
+        flashinfer = {_case(r): r["gbps"] for r in rows if r["kernel"] == "flashinfer"}
+        both = [r for r in goal_rows if _case(r) in flashinfer]
+        summary["at_least_flashinfer"] = (
+            all(r["gbps"] >= flashinfer[_case(r)] for r in both) if flashinfer else None
+        )
+    return summary

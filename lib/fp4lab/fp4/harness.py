@@ -1,0 +1,260 @@
+"""Notebook 06, the FP4 kernel harness: its parameter checks and one call per section.
+
+Each section appends its records through the run's Recorder, draws and saves its figure, and
+returns what its cell shows. ``verdict`` records the run's summary for the decision report
+(``fp4lab.fp4.summary``), then raises AssertionError where upstream behaviour changed
+(``fp4lab.fp4.verdict``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+
+from fp4lab.core import params, probe, records
+from fp4lab.fp4 import (
+    accuracy,
+    crosscheck,
+    edge_cases,
+    flashinfer_kernel,
+    forwarding_bug,
+    nvfp4,
+    plots,
+    reciprocals,
+    summary,
+    swizzle,
+    throughput,
+)
+from fp4lab.fp4 import verdict as verdict_checks
+from fp4lab.report import figures
+
+NOTEBOOK = "06_nvfp4_kernels"
+CROSSCHECK_COLUMNS = [
+    "input",
+    "peer",
+    "elements",
+    "codes_differing",
+    "scales_differing",
+    "code_differences",
+    "scale_differences",
+    "unexplained",
+]
+SENSITIVITY_COLUMNS = [
+    "input",
+    "block_size",
+    "elements",
+    "codes_that_could_move",
+    "code_fraction",
+    "scales_that_could_move",
+]
+SPEED_COLUMNS = [
+    "M",
+    "K",
+    "kernel",
+    "median_ms",
+    "gbps",
+    "copy_gbps",
+    "ratio_to_copy",
+    "peak_bytes",
+    "meets_goal",
+]
+
+
+def check_shapes(
+    name: str, shapes: object, k_multiple: int = nvfp4.MXFP4_BLOCK
+) -> list[tuple[int, int]]:
+    """``shapes`` must be a non-empty list of [M, K] pairs (2-D), K a multiple of ``k_multiple``."""
+    if not isinstance(shapes, (list, tuple)) or not shapes:
+        raise ValueError(f"{name}={shapes!r} must be a non-empty list of [M, K] pairs")
+    checked = []
+    for shape in shapes:
+        if not isinstance(shape, (list, tuple)) or len(shape) != 2:
+            dims = len(shape) if isinstance(shape, (list, tuple)) else "not a list"
+            raise ValueError(
+                f"{name} contains {shape!r}: each shape must be 2-D [M, K] (got {dims} dimensions);"
+                " 3-D inputs are not allowed"
+            )
+        m, k = shape
+        params.positive(f"{name} M", m)
+        params.multiple_of(f"{name} K", k, k_multiple)
+        checked.append((m, k))
+    return checked
+
+
+class _KeepingRecorder(records.Recorder):
+    """A Recorder that also keeps every record it appends: the run's own records."""
+
+    def __init__(self, notebook: str, run_params: dict) -> None:
+        super().__init__(notebook, run_params)
+        self.written: list[dict] = []
+
+    def add(self, kind: str, values: dict, **provenance_overrides: dict) -> dict:
+        record = super().add(kind, values, **provenance_overrides)
+        self.written.append(record)
+        return record
+
+
+@dataclass
+class Run:
+    """One run of notebook 06: its checked parameters, the device, and the records it wrote."""
+
+    shapes: list[tuple[int, int]]
+    distributions: list[str]
+    seed: int
+    device: torch.device
+    throughput_shapes: list[tuple[int, int]]
+    throughput_iters: int
+    recorder: _KeepingRecorder
+
+
+def validate(
+    *,
+    shapes: object,
+    distributions: object,
+    seed: object,
+    device: str,
+    throughput_shapes: object,
+    throughput_iters: object,
+) -> Run:
+    """Check every parameter of notebook 06 (ValueError naming the parameter) and start its run."""
+    error_shapes = check_shapes("shapes", shapes)
+    params.choices("distributions", distributions, accuracy.DISTRIBUTIONS)
+    if isinstance(seed, bool) or not isinstance(seed, int):
+        raise ValueError(f"seed={seed!r} must be an integer")
+    run_device = params.device("device", device)
+    speed_shapes = check_shapes("throughput_shapes", throughput_shapes)
+    params.positive("throughput_iters", throughput_iters)
+    run_params = dict(
+        shapes=shapes,
+        distributions=distributions,
+        seed=seed,
+        device=device,
+        throughput_shapes=throughput_shapes,
+        throughput_iters=throughput_iters,
+    )
+    return Run(
+        error_shapes,
+        list(distributions),
+        seed,
+        run_device,
+        speed_shapes,
+        throughput_iters,
+        _KeepingRecorder(NOTEBOOK, run_params),
+    )
+
+
+def _save(fig: object, name: str) -> None:
+    figures.save_figure(fig, name, records.provenance(), NOTEBOOK)
+
+
+def error_analysis(run: Run) -> pd.DataFrame:
+    """Round-trip error of each format on each distribution: records, figure 06_fp4_error, table."""
+    rows = accuracy.error_rows(run.shapes, run.distributions, seed=run.seed, device=run.device)
+    run.recorder.add_all("error", rows)
+    _save(plots.plot_fp4_errors(rows), "06_fp4_error")
+    table = pd.DataFrame(rows).pivot_table(
+        index=["distribution", "format"], values=["snr_db", "mse", "max_abs_error"]
+    )
+    return table.round(4)
+
+
+def swizzle_layout(run: Run) -> dict:
+    """Figure 06_swizzle_128x4, and the swizzle checked against its formula and torch's to_blocked."""
+    _save(plots.plot_swizzle_128x4(256, 8), "06_swizzle_128x4")
+    check = swizzle.check_against_peers(300, 13, seed=run.seed)
+    run.recorder.add("swizzle", check)
+    return check
+
+
+def _reference_inputs(run: Run) -> dict[str, torch.Tensor]:
+    """The cross-checks' inputs: each distribution at the first shape, the adversarial rows, the ties."""
+    m, k = run.shapes[0]
+    inputs = {d: accuracy.activations(d, m, k, seed=run.seed) for d in run.distributions}
+    return {
+        **inputs,
+        "adversarial": edge_cases.adversarial_input(),
+        "e2m1_ties": edge_cases.tie_input(),
+    }
+
+
+def peer_crosschecks(run: Run) -> pd.DataFrame:
+    """The reference against torchao's NVFP4 and torch's MXFP4 on every input, differences by cause."""
+    rows = [
+        {"input": name, **comparison.as_record()}
+        for name, x in _reference_inputs(run).items()
+        for comparison in (crosscheck.compare_torchao_nvfp4(x), crosscheck.compare_torch_mxfp4(x))
+    ]
+    return pd.DataFrame(run.recorder.add_all("crosscheck", rows))[CROSSCHECK_COLUMNS]
+
+
+def reciprocal_sensitivity(run: Run) -> pd.DataFrame:
+    """How many codes and scales the kernel's rcp.approx could move, per input and block size."""
+    rows = [
+        {"input": name, **reciprocals.reciprocal_sensitivity(x, block_size=block_size)}
+        for name, x in _reference_inputs(run).items()
+        for block_size in (nvfp4.NVFP4_BLOCK, nvfp4.MXFP4_BLOCK)
+    ]
+    return pd.DataFrame(run.recorder.add_all("reciprocal_sensitivity", rows))[SENSITIVITY_COLUMNS]
+
+
+def _flashinfer_on_gpu(run: Run) -> None:
+    """Bit-exactness on an FP4 GPU, the Hopper probe below SM100; each recorded or skipped."""
+    x = edge_cases.kernel_check_input(run.seed).to(run.device)
+    gs = nvfp4.global_scale_for(x).reshape(1)
+    for block_size in (nvfp4.NVFP4_BLOCK, nvfp4.MXFP4_BLOCK):
+        result = flashinfer_kernel.bit_exact(x, gs, block_size=block_size)
+        if result["status"] == "ran":
+            run.recorder.add("flashinfer_bit_exact", result)
+            print(result)
+        else:
+            run.recorder.skip(f"flashinfer_bit_exact_bs{block_size}", result["reason"])
+    if torch.cuda.get_device_capability(run.device) < probe.FP4_MIN_SM:
+        hopper = flashinfer_kernel.hopper_probe(x, gs)
+        run.recorder.add("flashinfer_hopper", hopper)
+        print(hopper)
+    else:
+        run.recorder.skip(
+            "flashinfer_hopper", "this GPU is SM100+: FlashInfer's FP4 kernel runs here"
+        )
+
+
+def gpu_checks(run: Run) -> dict:
+    """FlashInfer's kernel where a GPU is (skipped with the reason elsewhere); the forwarding bug."""
+    if run.device.type == "cuda":
+        _flashinfer_on_gpu(run)
+    else:
+        run.recorder.skip(
+            "flashinfer_bit_exact", "no CUDA GPU: FlashInfer's FP4 kernel needs an SM100+ GPU"
+        )
+        run.recorder.skip(
+            "flashinfer_hopper", "no CUDA GPU: the Hopper probe needs a GPU below SM100"
+        )
+    forwarding = forwarding_bug.detect(run.device)
+    run.recorder.add("forwarding_bug", forwarding)
+    if forwarding["numerical"]["status"] == "not testable here":
+        run.recorder.skip("forwarding_bug_numerical", forwarding["numerical"]["reason"])
+    return forwarding
+
+
+def quantize_throughput(run: Run) -> pd.DataFrame:
+    """Each quantize kernel against the copy line: records, skips, figure 06_quantize_throughput."""
+    rows, skipped = throughput.quantize_vs_copy(
+        run.throughput_shapes, device=run.device, iters=run.throughput_iters, seed=run.seed
+    )
+    run.recorder.add_all("throughput", rows)
+    for name, reason in skipped.items():
+        run.recorder.skip(f"throughput_{name}", reason)
+    _save(plots.plot_quantize_throughput(rows), "06_quantize_throughput")
+    goal_kernel, goal = throughput.goal_for(run.device)
+    speed = pd.DataFrame(rows)
+    speed["meets_goal"] = (speed["kernel"] == goal_kernel) & (speed["ratio_to_copy"] >= goal)
+    return speed[SPEED_COLUMNS].round(3)
+
+
+def verdict(run: Run) -> str:
+    """Record the run's summary for the decision report, then check the run's records
+    (``fp4lab.fp4.verdict``); returns the lines to print."""
+    run.recorder.add("summary", summary.summarize(run.recorder.written))
+    return verdict_checks.check_records(run.recorder.written, run.device)
