@@ -29,7 +29,8 @@ def test_unknown_notebook_names_the_variable_and_allowed_values():
 def test_plan_skips_with_reasons():
     gpu_only = catalog.Notebook("x", None, "x", "multi-gpu", 1, "")
     machine = probe.machine()
-    [(nb, reason)] = catalog.plan([gpu_only], machine)
+    [(planned, reason)] = catalog.plan([gpu_only], machine)
+    assert planned is gpu_only
     assert reason == machine.missing("multi-gpu")
     if machine.gpu_count < 2:
         assert reason.startswith("needs 2 or more GPUs")

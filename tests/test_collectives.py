@@ -9,7 +9,11 @@ from pathlib import Path
 
 import pytest
 
-from fp4lab.comm import allreduce, allreduce_params, allreduce_sweep, message_sizes, torchrun
+from fp4lab.comm import torchrun
+from fp4lab.comm.allreduce import measure as allreduce
+from fp4lab.comm.allreduce import params as allreduce_params
+from fp4lab.comm.allreduce import sizes as message_sizes
+from fp4lab.comm.allreduce import sweep as allreduce_sweep
 from fp4lab.core import probe, process
 
 FAULTY = Path(__file__).parent / "fixtures" / "faulty_rank.py"

@@ -7,7 +7,9 @@ from pathlib import Path
 
 import pytest
 
-from fp4lab.comm import overlap_benchmark, overlap_params, torchrun
+from fp4lab.comm import torchrun
+from fp4lab.comm.overlap import benchmark as overlap_benchmark
+from fp4lab.comm.overlap import params as overlap_params
 from fp4lab.core import probe, process
 
 FAULTY = Path(__file__).parent / "fixtures" / "faulty_rank.py"

@@ -17,7 +17,7 @@ Four timings per chunk count, each the slowest rank's per iteration, as a median
 - sequential: the whole GEMM, then one combine: the baseline without SBO.
 
 The overlapped results are compared with the blocking, chunk-by-chunk ones.
-``fp4lab.comm.overlap_benchmark`` is the driver that starts this under torchrun.
+``fp4lab.comm.overlap.benchmark`` is the driver that starts this under torchrun.
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import torch
 import torch.distributed as dist
 
 from fp4lab.comm import ranks
-from fp4lab.comm.overlap_params import (
+from fp4lab.comm.overlap.params import (
     COLLECTIVES,
     DTYPES,
     MoeShape,

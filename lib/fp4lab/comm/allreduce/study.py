@@ -8,11 +8,12 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp4lab.comm import plots, torchrun
-from fp4lab.comm.allreduce import bus_bandwidth
-from fp4lab.comm.allreduce_params import BACKENDS, MODES, modes_for, unavailable, validate
-from fp4lab.comm.allreduce_sweep import crossover, sweep
-from fp4lab.comm.message_sizes import parse_sizes
+from fp4lab.comm import torchrun
+from fp4lab.comm.allreduce import plots
+from fp4lab.comm.allreduce.measure import bus_bandwidth
+from fp4lab.comm.allreduce.params import BACKENDS, MODES, modes_for, unavailable, validate
+from fp4lab.comm.allreduce.sizes import parse_sizes
+from fp4lab.comm.allreduce.sweep import crossover, sweep
 from fp4lab.core import params, paths, probe, records
 from fp4lab.report import figures
 

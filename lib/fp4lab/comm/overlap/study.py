@@ -7,10 +7,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
-from fp4lab.comm import plots, torchrun
-from fp4lab.comm.overlap import efficiency
-from fp4lab.comm.overlap_benchmark import Benchmark, benchmark
-from fp4lab.comm.overlap_params import BACKENDS, MoeShape, backend_for, unavailable, validate
+from fp4lab.comm import torchrun
+from fp4lab.comm.overlap import plots
+from fp4lab.comm.overlap.benchmark import Benchmark, benchmark
+from fp4lab.comm.overlap.measure import efficiency
+from fp4lab.comm.overlap.params import BACKENDS, MoeShape, backend_for, unavailable, validate
 from fp4lab.core import params, paths, probe, records
 from fp4lab.report import figures
 from fp4lab.serving.compare import ServingComparison, ServingSettings, serving_settings

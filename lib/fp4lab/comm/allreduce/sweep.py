@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from fp4lab.comm import torchrun
-from fp4lab.comm.allreduce_params import parse_modes, unavailable, validate
-from fp4lab.comm.message_sizes import format_size, parse_sizes
+from fp4lab.comm.allreduce.params import parse_modes, unavailable, validate
+from fp4lab.comm.allreduce.sizes import format_size, parse_sizes
 from fp4lab.core import params
 
 

@@ -12,7 +12,7 @@ exactly). Times are per iteration, the slowest rank's, as median and 10th/90th
 percentiles; bandwidths follow nccl-tests: ``algbw = bytes / time`` and
 ``busbw = algbw * 2 (n - 1) / n`` for n ranks. Rank 0 appends one JSON line per size
 and mode as soon as it is measured, so a later failure keeps what was finished.
-``fp4lab.comm.allreduce_sweep`` is the driver that starts this under torchrun.
+``fp4lab.comm.allreduce.sweep`` is the driver that starts this under torchrun.
 """
 
 from __future__ import annotations
@@ -27,9 +27,9 @@ import torch
 import torch.distributed as dist
 
 from fp4lab.comm import ranks
-from fp4lab.comm.allreduce_ops import Allreduce, SGLangMscclpp, TorchAllreduce
-from fp4lab.comm.allreduce_params import BACKENDS, DTYPES, parse_modes, unavailable, validate
-from fp4lab.comm.message_sizes import SIZE_HELP, format_size, parse_sizes
+from fp4lab.comm.allreduce.ops import Allreduce, SGLangMscclpp, TorchAllreduce
+from fp4lab.comm.allreduce.params import BACKENDS, DTYPES, parse_modes, unavailable, validate
+from fp4lab.comm.allreduce.sizes import SIZE_HELP, format_size, parse_sizes
 from fp4lab.comm.torchrun import refuse_backend
 from fp4lab.core import timing
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp4lab.comm import torchrun
-from fp4lab.comm.overlap_params import MoeShape, resolve_dtype, unavailable, validate
+from fp4lab.comm.overlap.params import MoeShape, resolve_dtype, unavailable, validate
 from fp4lab.core import params
 
 
