@@ -1,0 +1,49 @@
+"""How a result was obtained: a small fixed vocabulary that every verdict and its records carry.
+
+A record that supports a verdict stores ``values["evidence"]``: the levels its run reached,
+weakest first. A verdict claims no more than its records' levels: "compiles" from a trace on a
+simulated target is not "runs on Blackwell".
+"""
+
+from __future__ import annotations
+
+LEVELS = {
+    "trace": "dynamo traced the code; nothing ran",
+    "simulated_target": "the target GPU was simulated (FlashInfer saw a made-up SM)",
+    "reference_kernel": "fp4lab's spec-exact reference ran in place of the FP4 kernel",
+    "real_fp4_kernel": "a real FP4 kernel ran on an FP4-capable GPU",
+    "cuda_graph_replay": "the step was captured into a CUDA graph and replayed",
+    "serving": "a live server answered requests",
+}
+"""Each level and what it means, from the weakest claim to the strongest."""
+
+
+def check(levels: list[str]) -> list[str]:
+    """The levels in vocabulary order; an unknown one is an error naming the allowed values."""
+    unknown = [level for level in levels if level not in LEVELS]
+    if unknown:
+        raise ValueError(f"evidence {unknown} is not allowed; allowed values: {', '.join(LEVELS)}")
+    return [level for level in LEVELS if level in levels]
+
+
+def of_run(
+    *, traced: bool, simulated: bool, kernel: str | None, replayed: bool = False
+) -> list[str]:
+    """The levels one run reached: traced or not, target simulated or real, which kernel ran."""
+    levels = ["trace"] if traced else []
+    levels += ["simulated_target"] if simulated else []
+    if kernel is not None:
+        levels.append("real_fp4_kernel" if kernel == "flashinfer" else "reference_kernel")
+    levels += ["cuda_graph_replay"] if replayed else []
+    return check(levels)
+
+
+def describe(levels: list[str], device: str, target_sm: str | None, simulated: bool) -> str:
+    """``trace, simulated_target on CPU, SM12.0 simulated; not run on the target GPU``."""
+    target = (
+        f"SM{target_sm} {'simulated' if simulated else 'real'}" if target_sm else "no target SM"
+    )
+    text = f"{', '.join(check(levels)) or 'no evidence'} on {device}, {target}"
+    if simulated or "real_fp4_kernel" not in levels:
+        text += "; not run on the target GPU"
+    return text
