@@ -31,13 +31,12 @@ GOALS = {"three_signatures_s": 20.0, "reproduce_warm_s": 180.0, "reproduce_cold_
 def signature_seconds() -> dict[str, float]:
     """Seconds per story signature: building the segment and tracing it, in this process."""
     started = time.perf_counter()
-    from fp4lab.compile import segment, trace
-    from fp4lab.compile import staging as fp
+    from fp4lab.compile import segment, stages, target, trace
 
     import_s = time.perf_counter() - started
     shape = segment.LayerShape(hidden=192, heads=2, ffn=384)
     x = segment.tokens_input(shape, 64)
-    model = segment.Stack(shape, 1, fp.fp4_quantize)
+    model = segment.Stack(shape, 1, target.fp4_quantize)
     timed = {"imports_s": import_s}
 
     def timed_signature(name: str, run) -> None:
@@ -48,14 +47,18 @@ def signature_seconds() -> dict[str, float]:
             raise RuntimeError(f"upstream behaviour changed: expected {name}, observed {observed}")
 
     def nvcc() -> str:
-        with fp.simulated_target():
+        with target.simulated_target():
             return trace.attempt(model, x).signature
 
     def file_io() -> str:
-        return fp.walk_blocker_chain(model, x)[-1]["signature"]
+        return stages.walk_blocker_chain(model, x)[-1]["signature"]
 
     def disabled() -> str:
-        with fp.simulated_target(), fp.patch_cuda_version(), fp.compiler_disabled_fp4_quantize():
+        with (
+            target.simulated_target(),
+            stages.patch_cuda_version(),
+            stages.compiler_disabled_fp4_quantize(),
+        ):
             return trace.attempt(model, x).signature
 
     timed_signature("subprocess", nvcc)
@@ -119,7 +122,8 @@ def main() -> None:
         verdict = "" if goal is None else (f"< {goal:.0f} s: {'met' if value < goal else 'MISSED'}")
         print(f"{key:38} {shown:>10}  {verdict}")
     print(
-        f"the story's three restarts: {3 * RESTART_S:.0f} s; here: {three:.1f} s ({values['speedup_vs_restarts']:.0f}x faster)"
+        f"the story's three restarts: {3 * RESTART_S:.0f} s; here: {three:.1f} s "
+        f"({values['speedup_vs_restarts']:.0f}x faster)"
     )
 
 

@@ -8,8 +8,7 @@ import pytest
 import torch
 from flashinfer.jit import core, cpp_ext
 
-from fp4lab.compile import segment, trace
-from fp4lab.compile import staging as fp
+from fp4lab.compile import fix, segment, stages, target, trace
 from fp4lab.core import probe
 
 SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
@@ -17,11 +16,11 @@ SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
 
 @pytest.fixture(scope="module")
 def story_model():
-    return segment.Stack(SHAPE, 1, fp.fp4_quantize), segment.tokens_input(SHAPE, 16)
+    return segment.Stack(SHAPE, 1, target.fp4_quantize), segment.tokens_input(SHAPE, 16)
 
 
 def _state():
-    modules = fp._flashinfer_modules()
+    modules = target.flashinfer_modules()
     return (
         [getattr(m, "get_compute_capability", None) for m in modules],
         [getattr(m, "fp4_quantize", None) for m in modules],
@@ -35,30 +34,34 @@ def _state():
 
 def test_every_stage_restores_even_on_error():
     before = _state()
-    with pytest.raises(RuntimeError, match="boom"):
-        with fp.simulated_target((12, 0)), fp.patch_cuda_version(), fp.bypassed_jit_registry():
-            with fp.compiler_disabled_fp4_quantize():
-                assert flashinfer.utils.get_compute_capability(torch.device("cpu")) == (12, 0)
-                assert torch.version.cuda == "12.9" and probe.target()["simulated"]
-                assert {(12, "0a")} == core.current_compilation_context.TARGET_CUDA_ARCHS
-                raise RuntimeError("boom")
+    with (
+        pytest.raises(RuntimeError, match="boom"),
+        target.simulated_target((12, 0)),
+        stages.patch_cuda_version(),
+        stages.bypassed_jit_registry(),
+        stages.compiler_disabled_fp4_quantize(),
+    ):
+        assert flashinfer.utils.get_compute_capability(torch.device("cpu")) == (12, 0)
+        assert torch.version.cuda == "12.9" and probe.target()["simulated"]
+        assert {(12, "0a")} == core.current_compilation_context.TARGET_CUDA_ARCHS
+        raise RuntimeError("boom")
     assert _state() == before
     original = flashinfer.fp4_quantize
-    with fp.custom_op_fp4_quantize():
+    with fix.custom_op_fp4_quantize():
         assert flashinfer.fp4_quantize is not original
         assert flashinfer.quantization.fp4_quantize is flashinfer.fp4_quantize
     assert _state() == before
 
 
 def test_patch_cuda_version_is_the_storys(story_model):
-    with fp.patch_cuda_version("12.8"):
+    with stages.patch_cuda_version("12.8"):
         assert str(cpp_ext.get_cuda_version()) == "12.8"
         assert cpp_ext.is_cuda_version_at_least("12.8")
 
 
 def test_the_blocker_chain_reaches_the_jits_file_io(story_model):
     model, x = story_model
-    rows = fp.walk_blocker_chain(model, x, sm=(12, 0))
+    rows = stages.walk_blocker_chain(model, x, sm=(12, 0))
     signatures = [r["signature"] for r in rows]
     assert signatures[-1] == "file_io", rows[-1]
     assert rows[-1]["skipped_builtin"].startswith("posix.")
@@ -74,7 +77,7 @@ def test_the_blocker_chain_reaches_the_jits_file_io(story_model):
         applied_after_nvcc["origin"],
         applied_after_nvcc["story"],
     ) == ("patch_cuda_version", "story", "msg 992")
-    if not fp.real_fp4_gpu():
+    if not target.real_fp4_gpu():
         assert rows[0]["signature"] == "device_check" and rows[0]["target"]["simulated"] is False
         assert all(r["target"]["simulated"] for r in rows[1:])
     if probe.package_version("flashinfer-python") == "0.7.4":
@@ -90,7 +93,11 @@ def test_the_blocker_chain_reaches_the_jits_file_io(story_model):
 
 def test_the_storys_decoration_is_rejected_under_fullgraph(story_model):
     model, x = story_model
-    with fp.simulated_target(), fp.patch_cuda_version(), fp.compiler_disabled_fp4_quantize():
+    with (
+        target.simulated_target(),
+        stages.patch_cuda_version(),
+        stages.compiler_disabled_fp4_quantize(),
+    ):
         outcome = trace.attempt(model, x)
     assert outcome.signature == "compiler_disable_under_fullgraph"
 
@@ -99,8 +106,8 @@ def test_the_storys_decoration_is_rejected_under_fullgraph(story_model):
 def test_the_custom_op_fix_compiles_and_runs(story_model, backend):
     model, x = story_model
     with torch.no_grad():
-        eager = segment.Stack(SHAPE, 1, fp.reference_fp4_quantize)(x)
-        with fp.simulated_target(), fp.custom_op_fp4_quantize():
+        eager = segment.Stack(SHAPE, 1, fix.reference_fp4_quantize)(x)
+        with target.simulated_target(), fix.custom_op_fp4_quantize():
             outcome = trace.attempt(model, x, backend=backend)
     assert (outcome.signature, outcome.graph_count, outcome.graph_break_count) == ("ok", 1, 0)
     if backend == "eager":
@@ -112,7 +119,7 @@ def test_the_custom_op_fix_compiles_and_runs(story_model, backend):
 def test_custom_op_passes_opcheck_and_matches_the_reference_layout():
     x = torch.randn(130, 64).to(torch.bfloat16)
     gs = torch.tensor([50.0])
-    result = torch.library.opcheck(fp.custom_op(), (x, gs))
+    result = torch.library.opcheck(fix.custom_op(), (x, gs))
     assert set(result.values()) == {"SUCCESS"}
     codes, scales = torch.ops.fp4lab.fp4_quantize(x, gs)
     assert codes.shape == (130, 32) and codes.dtype == torch.uint8
@@ -122,13 +129,13 @@ def test_custom_op_passes_opcheck_and_matches_the_reference_layout():
 
 
 def test_upstream_op_gets_a_cpu_kernel_only_inside_the_block(story_model):
-    op = fp.upstream_op()
+    op = fix.upstream_op()
     if op is None:
         pytest.skip(
             f"flashinfer-python {probe.package_version('flashinfer-python')} has no torch.ops.flashinfer.fp4_quantize"
         )
-    model, x = story_model
-    with fp.simulated_target(), fp.upstream_op_cpu_kernel() as upstream:
+    x = story_model[1]
+    with target.simulated_target(), fix.upstream_op_cpu_kernel() as upstream:
         outcome = trace.attempt(segment.Stack(SHAPE, 1, lambda h, gs: upstream(h, gs)), x)
     assert (outcome.signature, outcome.graph_count) == ("ok", 1)
     with pytest.raises(NotImplementedError, match="CPU kernel only inside"):

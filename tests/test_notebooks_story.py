@@ -13,7 +13,7 @@ import shutil
 import pytest
 from papermill.exceptions import PapermillExecutionError
 
-from fp4lab.core import catalog, paths, records
+from fp4lab.core import catalog, paths, records, runner
 
 pytestmark = pytest.mark.notebook
 SMALL = dict(tokens=16, hidden=64, heads=2, ffn=128)
@@ -39,8 +39,8 @@ def story(tmp_path_factory):
     patch.setenv("FP4LAB_FIGURES_DIR", str(folder / "figures"))
     notebooks = {nb.name: nb for nb in catalog.notebooks()}
     for name, parameters in RUNS.items():
-        executed = catalog.execute(notebooks[name], folder / "executed", parameters)
-    catalog.export_html(executed, folder / "html")
+        executed = runner.execute(notebooks[name], folder / "executed", parameters)
+    runner.export_html(executed, folder / "html")
     yield folder
     patch.undo()
 
@@ -122,11 +122,11 @@ def test_10_report_decides_from_the_records(story):
         and "BLOCKED (torch.compile incompatible with FP4 JIT)" in html
     )
     assert "3/3 story crashes reproduced" in html
-    breaks = [
+    breaks = next(
         v
         for v in _values("04_fullgraph_false_tradeoff", "variant")
         if v["variant"] == "compiled_with_breaks"
-    ][0]
+    )
     assert f"fullgraph=False: {breaks['graph_calls']} graph runs/step for 2 layers" in html, (
         "the report quotes this run's records"
     )

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4lab.compile import segment
+from fp4lab.compile import segment, story
 from fp4lab.core import params, probe
 
 
@@ -34,11 +34,37 @@ from fp4lab.core import params, probe
         ),
         (lambda: params.sm("target_sm", "abc"), r"target_sm='abc' is not a known SM"),
         (lambda: segment.LayerShape.glm5(3), r"scale=3 is not allowed; allowed values: 1, 2, 4"),
+        (lambda: story.check(cuda_home=""), r"cuda_home='' must be a non-empty string"),
+        (lambda: story.check(cuda_home=None), r"cuda_home=None must be a non-empty string"),
+        (lambda: story.check(hidden=100, heads=2), r"hidden=100 must be a multiple of 32"),
+        (lambda: story.check(device="tpu"), r"device='tpu' is not allowed; allowed values: auto"),
+        (lambda: story.check(scale=3), r"scale=3 is not allowed"),
     ],
 )
 def test_bad_parameters_are_named(call, message):
     with pytest.raises(ValueError, match=message):
         call()
+
+
+def test_story_set_up_records_the_parameters_as_given():
+    run = story.prepare(
+        "01_nvcc_subprocess_crash",
+        target_sm="12.0",
+        backend="eager",
+        tokens=16,
+        hidden=64,
+        heads=2,
+        ffn=128,
+        cuda_home="/opt/cuda",
+    )
+    assert run.sm == (12, 0) and run.shape == segment.LayerShape(64, 2, 128) and run.layers == 1
+    assert run.x.shape == (16, 64) and len(run.model.layers) == 1
+    assert run.params["cuda_home"] == "/opt/cuda" and run.rec.notebook == "01_nvcc_subprocess_crash"
+    scaled = story.prepare("04", scale=64, layers=2, tokens=8, device="auto")
+    assert scaled.sm is None and scaled.params["device"] in ("cpu", "cuda")
+    assert scaled.describe().startswith("2 layers of LayerShape(hidden=96, heads=1, ffn=192)")
+    with pytest.raises(TypeError, match="unknown story parameters"):
+        story.check(tokenz=1)
 
 
 def test_sm_accepts_both_spellings():

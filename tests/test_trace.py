@@ -9,7 +9,7 @@ import subprocess
 import pytest
 import torch
 
-from fp4lab.compile import trace
+from fp4lab.compile import frames, trace
 
 
 def calls_subprocess(x):
@@ -143,10 +143,10 @@ def test_record_is_json_ready():
 
 
 def test_unknown_backend_is_refused_before_tracing():
-    with pytest.raises(ValueError, match="backend='nope'.*allowed values: .*inductor"):
+    with pytest.raises(ValueError, match=r"backend='nope'.*allowed values: .*inductor"):
         trace.attempt(calls_subprocess, X, backend="nope")
 
 
 def test_relative_paths():
-    assert trace.relative_path(torch.__file__) == "torch/__init__.py"
-    assert trace.relative_path(subprocess.__file__) == "<stdlib>/subprocess.py"
+    assert frames.relative_path(torch.__file__) == "torch/__init__.py"
+    assert frames.relative_path(subprocess.__file__) == "<stdlib>/subprocess.py"

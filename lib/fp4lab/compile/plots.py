@@ -2,6 +2,12 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
+from fp4lab.compile.matrix_result import VersionResult
+from fp4lab.core import records
+from fp4lab.report import figures
+
 
 def plot_tradeoff(rows: list[dict]) -> object:
     """Median step time per variant (error bars p10-p90), compiled-graph runs per step on each bar."""
@@ -11,13 +17,13 @@ def plot_tradeoff(rows: list[dict]) -> object:
     names = [r["variant"] for r in rows]
     medians = [r["step_median_ms"] for r in rows]
     errors = [
-        [m - r["step_p10_ms"] for m, r in zip(medians, rows)],
-        [r["step_p90_ms"] - m for m, r in zip(medians, rows)],
+        [m - r["step_p10_ms"] for m, r in zip(medians, rows, strict=True)],
+        [r["step_p90_ms"] - m for m, r in zip(medians, rows, strict=True)],
     ]
     bars = ax.bar(
         names, medians, yerr=errors, capsize=4, color=["0.6", "tab:red", "tab:green"][: len(rows)]
     )
-    for bar, r in zip(bars, rows):
+    for bar, r in zip(bars, rows, strict=True):
         label = "no graphs" if r["variant"] == "eager" else f"{r['graph_calls']} graph runs/step"
         ax.annotate(
             label,
@@ -34,6 +40,27 @@ def plot_tradeoff(rows: list[dict]) -> object:
     ax.margins(y=0.2)
     fig.tight_layout()
     return fig
+
+
+def save_tradeoff_figure(rows: list[dict], notebook: str) -> Path:
+    """``plot_tradeoff`` saved as figures/04_fullgraph_tradeoff.png with this run's provenance."""
+    return figures.save_figure(
+        plot_tradeoff(rows),
+        "04_fullgraph_tradeoff",
+        records.provenance(),
+        source=f"data/{notebook}.jsonl run {records.RUN_ID}",
+    )
+
+
+def save_version_matrix_figure(results: list[VersionResult], notebook: str) -> Path:
+    """``plot_version_matrix`` saved as figures/09_version_matrix.png, with the provenance of the
+    notebook's last record."""
+    return figures.save_figure(
+        plot_version_matrix([r.as_record() for r in results]),
+        "09_version_matrix",
+        records.latest(notebook)[-1]["provenance"],
+        source=f"data/{notebook}.jsonl run {records.RUN_ID}",
+    )
 
 
 def plot_version_matrix(rows: list[dict]) -> object:
@@ -53,6 +80,7 @@ def plot_version_matrix(rows: list[dict]) -> object:
         zip(
             signatures,
             ["#bbbbbb", "#d62728", "#9467bd", "#8c564b", "#ff7f0e", "#2ca02c", "#e377c2"],
+            strict=True,
         )
     )
     steps = max((len(r["chain"]) for r in rows), default=1)

@@ -1,4 +1,4 @@
-"""Tables of trace outcomes, blocker chains and the version matrix, in dynamo's own words."""
+"""Tables of trace outcomes, blocker chains, the fix, the trade-off and the version matrix."""
 
 from __future__ import annotations
 
@@ -59,11 +59,45 @@ def chain_table(rows: Iterable[dict]) -> pd.DataFrame:
 def _chain_text(chain: list[dict]) -> str:
     """``a [cpu_artefact] → b [story] → c``: each blocker with the origin of the stage that removed it."""
     removed_by = [f" [{after['origin']}]" for after in chain[1:]] + [""]
-    return " → ".join(here["signature"] + tag for here, tag in zip(chain, removed_by))
+    return " → ".join(here["signature"] + tag for here, tag in zip(chain, removed_by, strict=False))
 
 
-def version_table(rows: list[dict]) -> pd.DataFrame:
+FIX_COLUMNS = (
+    "backend",
+    "signature",
+    "graph_count",
+    "graph_break_count",
+    "bit_equal_to_eager",
+    "max_abs_diff_vs_eager",
+    "output_rms",
+    "seconds",
+)
+TRADEOFF_COLUMNS = (
+    "kernel",
+    "graph_count",
+    "graph_break_count",
+    "graph_calls",
+    "graph_calls_per_layer",
+    "compile_seconds",
+    "step_median_ms",
+    "max_abs_diff_vs_eager",
+    "cuda_graph_capture",
+)
+
+
+def fix_table(rows: list[dict]) -> pd.DataFrame:
+    """The fix compiled on each backend: graphs, breaks and the output against eager."""
+    return pd.DataFrame(rows)[list(FIX_COLUMNS)]
+
+
+def tradeoff_table(rows: list[dict]) -> pd.DataFrame:
+    """The three variants: graphs, breaks, graph runs per step, compile and step time."""
+    return pd.DataFrame(rows).set_index("variant")[list(TRADEOFF_COLUMNS)]
+
+
+def version_table(results: list[object]) -> pd.DataFrame:
     """The version matrix: each FlashInfer version's blockers in order, upstream op, and verdict."""
+    rows = [_as_record(r) for r in results]
 
     def op(found: dict) -> str:
         if not found.get("present", True):

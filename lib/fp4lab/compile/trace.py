@@ -2,9 +2,9 @@
 
 ``attempt`` never raises for a compile failure: it returns a ``TraceOutcome`` holding
 the exception class, dynamo's first message line, its Explanation / Hint / debug-context
-lines, the user-code frames it reports (``exc.real_stack``) as package-relative
-``file:line:function``, the wall time, how many compiled graphs one call ran, and for
-``fullgraph=False`` the graph count and break reasons from ``torch._dynamo.explain``.
+lines, the user-code frames it reports (``exc.real_stack``, as ``frames.Frame``), the wall
+time, how many compiled graphs one call ran, and for ``fullgraph=False`` the graph count
+and break reasons from ``torch._dynamo.explain``.
 
 ``classify`` names the failure from those messages and frames alone. It knows nothing
 of FlashInfer, so the same rules name a subprocess call in any library.
@@ -13,18 +13,17 @@ of FlashInfer, so the same rules name a subprocess call in any library.
 from __future__ import annotations
 
 import re
-import sys
-import sysconfig
 import time
 import traceback
 import warnings
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
 import torch._dynamo
+
+from fp4lab.compile.frames import Frame, user_frames
 
 SIGNATURES = (
     "ok",
@@ -38,16 +37,6 @@ SIGNATURES = (
 )
 """Every name ``classify`` can give."""
 
-_STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
-_ROOTS = sorted(
-    {
-        Path(p).resolve()
-        for p in [*sys.path, sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
-        if p
-    },
-    key=lambda p: len(str(p)),
-    reverse=True,
-)
 _SUBPROCESS_MODULES = {"subprocess", "_posixsubprocess"}
 _FILE_MODULES = {
     "pathlib",
@@ -65,53 +54,6 @@ _FILE_BUILTINS = {"posix", "nt", "io", "_io", "open"}
 _DEVICE_WORDS = re.compile(r"\b(device|cuda|gpu|compute capability|sm_?\d+)\b", re.IGNORECASE)
 _NVCC = re.compile(r"(?<!\w)nvcc(?!\w)")
 _BUILTIN = re.compile(r"builtin (?:operator )?`([\w.]+?)\.?`")
-
-
-@dataclass(frozen=True)
-class Frame:
-    """One frame of the user code dynamo was tracing, its path relative to its package root."""
-
-    file: str
-    line: int
-    function: str
-    source: str = ""
-
-    @property
-    def module(self) -> str:
-        dotted = self.file.removesuffix(".py").replace("/", ".")
-        return dotted.removesuffix(".__init__")
-
-    @property
-    def in_stdlib(self) -> bool:
-        return self.file.startswith("<stdlib>/")
-
-    def __str__(self) -> str:
-        return f"{self.file}:{self.line}:{self.function}"
-
-
-def relative_path(filename: str) -> str:
-    """A file name relative to the sys.path entry holding it; stdlib files get ``<stdlib>/``."""
-    path = Path(filename)
-    try:
-        resolved = path.resolve()
-    except OSError:
-        return path.name
-    if resolved.is_relative_to(_STDLIB) and "site-packages" not in resolved.parts:
-        return "<stdlib>/" + resolved.relative_to(_STDLIB).as_posix()
-    for root in _ROOTS:
-        if resolved.is_relative_to(root) and resolved != root:
-            return resolved.relative_to(root).as_posix()
-    return path.name  # notebook cells and scripts: the name is what a reader recognises
-
-
-def _frames(stack: traceback.StackSummary | list | None) -> list[Frame]:
-    frames = []
-    for summary in stack or []:
-        rel = relative_path(summary.filename)
-        if rel.startswith("torch/_dynamo/"):
-            continue  # dynamo's own polyfills, not the traced program
-        frames.append(Frame(rel, summary.lineno or 0, summary.name, (summary.line or "").strip()))
-    return frames
 
 
 @dataclass
@@ -198,11 +140,11 @@ def _counting(backend: str, counts: dict[str, int]) -> Callable:
         counts["compiled"] += 1
         compiled = compile_graph(gm, example_inputs)
 
-        def run(*args: Any) -> Any:
+        def run_graph(*args: Any) -> Any:
             counts["calls"] += 1
             return compiled(*args)
 
-        return run
+        return run_graph
 
     return counted
 
@@ -225,7 +167,7 @@ def attempt(
     started = time.perf_counter()
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
-        _run(outcome, fn, args, kwargs)
+        _compile_and_call(outcome, fn, args, kwargs)
     outcome.seconds = time.perf_counter() - started
     # Dynamo's warnings (e.g. "ignores the cache wrapper"), first line each, once each.
     outcome.warnings = list(
@@ -236,7 +178,7 @@ def attempt(
     return outcome
 
 
-def _run(outcome: TraceOutcome, fn: Callable, args: tuple, kwargs: dict) -> None:
+def _compile_and_call(outcome: TraceOutcome, fn: Callable, args: tuple, kwargs: dict) -> None:
     fullgraph = outcome.fullgraph
     if not fullgraph:
         explained = torch._dynamo.explain(fn)(*args, **kwargs)
@@ -268,7 +210,7 @@ def _run(outcome: TraceOutcome, fn: Callable, args: tuple, kwargs: dict) -> None
 
 def _break_reason(reason: Any) -> str:
     """Dynamo's first line for one graph break, with the frame where it happened."""
-    frames = _frames(getattr(reason, "user_stack", None))
+    frames = user_frames(getattr(reason, "user_stack", None))
     where = f" at {frames[-1]}" if frames else ""
     return reason.reason.strip().splitlines()[0] + where
 
@@ -280,7 +222,7 @@ def _fill_failure(
     outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = parse_message(
         str(exc)
     )
-    outcome.frames = _frames(stack)
+    outcome.frames = user_frames(stack)
 
 
 def classify(outcome: TraceOutcome) -> str:

@@ -18,7 +18,8 @@ from collections.abc import Callable
 
 import torch
 
-from fp4lab.compile import segment, staging, trace
+from fp4lab.compile import fix, segment, target, trace
+from fp4lab.compile.story import Story
 from fp4lab.core import timing
 
 VARIANTS = ("eager", "compiled_with_breaks", "compiled_fullgraph_custom_op")
@@ -26,12 +27,12 @@ VARIANTS = ("eager", "compiled_with_breaks", "compiled_fullgraph_custom_op")
 
 def kernel_name(device: torch.device) -> str:
     """Which quantize kernel runs on ``device``."""
-    return "flashinfer" if staging.fp4_capable(device) else "fp4lab-reference"
+    return "flashinfer" if fix.fp4_capable(device) else "fp4lab-reference"
 
 
 def base_quantize(device: torch.device) -> segment.Quantize:
     """The quantize kernel itself, called eagerly."""
-    return staging.fp4_quantize if staging.fp4_capable(device) else staging.reference_fp4_quantize
+    return target.fp4_quantize if fix.fp4_capable(device) else fix.reference_fp4_quantize
 
 
 def quantize_for(variant: str, device: torch.device) -> segment.Quantize:
@@ -45,7 +46,7 @@ def quantize_for(variant: str, device: torch.device) -> segment.Quantize:
     raise ValueError(f"variant={variant!r} is not allowed; allowed values: {', '.join(VARIANTS)}")
 
 
-def run_variant(
+def measure_variant(
     variant: str,
     shape: segment.LayerShape,
     layers: int,
@@ -111,3 +112,72 @@ def run_variant(
                     f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
                 )
     return row, output
+
+
+def measure_variants(run: Story) -> list[dict]:
+    """Every variant on the run's stack, its output compared with eager's; one "variant" record each.
+
+    CUDA graph capture and replay run where the input is on a CUDA GPU and are marked skipped
+    elsewhere.
+    """
+    p = run.params
+    cuda_graphs = run.x.device.type == "cuda"
+    rows, outputs = [], {}
+    for variant in VARIANTS:
+        print(f"{variant} ...", flush=True)
+        row, outputs[variant] = measure_variant(
+            variant,
+            run.shape,
+            run.layers,
+            run.x,
+            backend=p["backend"],
+            warmup=p["warmup"],
+            iters=p["iters"],
+            cuda_graphs=cuda_graphs,
+        )
+        row["matches_eager"] = bool(torch.equal(outputs[variant], outputs["eager"]))
+        row["max_abs_diff_vs_eager"] = float(
+            (outputs[variant].float() - outputs["eager"].float()).abs().max()
+        )
+        if not cuda_graphs:
+            row["cuda_graph_capture"] = "skipped: no CUDA GPU"
+        run.rec.add("variant", row)
+        rows.append(row)
+    return rows
+
+
+def _by_variant(rows: list[dict]) -> dict[str, dict]:
+    return {r["variant"]: r for r in rows}
+
+
+def break_reasons(rows: list[dict]) -> list[str]:
+    """Dynamo's reasons for the breaks of the fullgraph=False variant, each with its frame."""
+    return _by_variant(rows)["compiled_with_breaks"]["break_reasons"]
+
+
+def tradeoff_verdict(run: Story, rows: list[dict]) -> str:
+    """The custom op gives one graph and fullgraph=False splits every layer, or AssertionError."""
+    variants = _by_variant(rows)
+    breaks, fixed = variants["compiled_with_breaks"], variants["compiled_fullgraph_custom_op"]
+    eager_ms, layers = variants["eager"]["step_median_ms"], run.layers
+    assert (fixed["graph_count"], fixed["graph_break_count"], fixed["graph_calls"]) == (1, 0, 1), (
+        "the custom op did not give one graph"
+    )
+    assert breaks["graph_calls"] >= 2 * layers, (
+        "fullgraph=False should split every layer around its quantize call"
+    )
+    lines = [
+        f"fullgraph=False: {breaks['graph_count']} distinct graphs, "
+        f"{breaks['graph_break_count']} breaks (explain); {breaks['graph_calls']} graph runs per "
+        f"step for {layers} layers ({breaks['graph_calls_per_layer']:.0f} per layer); step "
+        f"{breaks['step_median_ms']:.2f} ms = {breaks['step_median_ms'] / eager_ms:.2f}x eager",
+        f"fullgraph=True with the custom op: 1 graph, 0 breaks; step "
+        f"{fixed['step_median_ms']:.2f} ms = {fixed['step_median_ms'] / eager_ms:.2f}x eager, "
+        f"{fixed['step_median_ms'] / breaks['step_median_ms']:.2f}x fullgraph=False",
+    ]
+    if run.x.device.type != "cuda":
+        lines.append(
+            "CUDA graph capture and replay: SKIPPED (no CUDA GPU here); "
+            "run this notebook on a GPU for those numbers"
+        )
+    return "\n".join(lines)
