@@ -75,3 +75,39 @@ def test_code_cells_are_thin(nb):
         assert "matplotlib" not in cell.source and "plt." not in cell.source, (
             f"{nb.name}: plotting code in a cell"
         )
+
+
+def _parameters_and_setup(nb) -> tuple[dict, str]:
+    """A notebook's parameter defaults and the source of its setup (validation) cell."""
+    cells = nbformat.read(nb.path, as_version=4).cells
+    [index] = [i for i, c in enumerate(cells) if "parameters" in c.metadata.get("tags", [])]
+    defaults: dict = {}
+    exec(cells[index].source, {}, defaults)
+    return defaults, cells[index + 1].source
+
+
+def _wrong_type(value: object) -> object:
+    """A value of another type than the default: every validation must refuse it."""
+    if isinstance(value, bool):
+        return "maybe"
+    if isinstance(value, (int, float)):
+        return "many"
+    if isinstance(value, str):
+        return 17
+    return 17  # lists
+
+
+PARAMETERS = [(nb, name) for nb in NOTEBOOKS for name in sorted(_parameters_and_setup(nb)[0])]
+
+
+@pytest.mark.parametrize(
+    ("nb", "name"), PARAMETERS, ids=[f"{nb.name}-{name}" for nb, name in PARAMETERS]
+)
+def test_the_setup_cell_refuses_a_bad_value_of_every_parameter(nb, name, isolated_outputs):
+    """Each parameter is really validated: a value of the wrong type stops the setup cell
+    with a ValueError that names the parameter, before any heavy work."""
+    defaults, setup = _parameters_and_setup(nb)
+    namespace = {**defaults, name: _wrong_type(defaults[name])}
+    with pytest.raises((ValueError, TypeError)) as refused:
+        exec(compile(setup, f"{nb.name}-setup", "exec"), namespace)
+    assert name in str(refused.value), f"{nb.name}: the error does not name {name}: {refused.value}"

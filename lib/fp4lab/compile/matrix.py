@@ -35,6 +35,10 @@ def check_versions(versions: list[str] | str) -> list[str]:
 
     if isinstance(versions, str):
         versions = [v.strip() for v in versions.split(",") if v.strip()]
+    if not isinstance(versions, (list, tuple)) or not all(isinstance(v, str) for v in versions):
+        raise ValueError(
+            f"versions={versions!r} must be a comma-separated string or a list of version strings"
+        )
     if not versions:
         raise ValueError(
             "versions is empty; give one or more flashinfer-python versions, e.g. 0.6.12,0.7.4"

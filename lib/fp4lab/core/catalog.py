@@ -51,8 +51,10 @@ def notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Notebook]:
     return found
 
 
-def select(spec: str, available: list[Notebook]) -> list[Notebook]:
+def select(spec: str, available: list[Notebook], name: str = "NOTEBOOKS") -> list[Notebook]:
     """Notebooks named in a comma list (full names or their numbers); all when ``spec`` is empty."""
+    if not isinstance(spec, str):
+        raise ValueError(f"{name}={spec!r} must be text: a comma list of names or numbers")
     if not spec.strip():
         return available
     chosen = []
@@ -61,7 +63,7 @@ def select(spec: str, available: list[Notebook]) -> list[Notebook]:
         if not match:
             allowed = ", ".join(nb.name for nb in available)
             raise ValueError(
-                f"NOTEBOOKS contains {word!r}, which is not a notebook; allowed values: {allowed}"
+                f"{name} contains {word!r}, which is not a notebook; allowed values: {allowed}"
             )
         chosen.extend(nb for nb in match if nb not in chosen)
     return sorted(chosen, key=lambda nb: nb.name)

@@ -25,8 +25,11 @@ def choice(name: str, value: object, allowed: Collection) -> None:
 
 
 def choices(name: str, values: Iterable, allowed: Collection) -> None:
-    """Every item of ``values`` must be one of ``allowed``, and there must be at least one."""
-    values = list(values)
+    """``values`` is a list; every item must be one of ``allowed``, and there must be at least one."""
+    if not isinstance(values, (list, tuple)):
+        raise ValueError(
+            f"{name}={values!r} must be a list; allowed items: {', '.join(map(str, allowed))}"
+        )
     if not values:
         raise ValueError(f"{name} is empty; allowed values: {', '.join(map(str, allowed))}")
     for value in values:
