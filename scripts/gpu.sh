@@ -3,13 +3,14 @@
 #
 # Each notebook runs through `python -m fp4lab.core.runner reproduce` (records with provenance
 # in data/, executed copies and HTML in build/), one call per notebook so each gets its own
-# parameters and its own time budget. The budgets add up to 540 s: on one H200 the whole
-# script finishes within 10 minutes, and a notebook over its budget is stopped and reported
+# parameters and its own time budget. On one GPU the budgets add up to 470 s: on one H200
+# the whole script finishes within 8 minutes, and a notebook over its budget is stopped and reported
 # without stopping the others. Inner timeouts (timeout_s parameters) are set below each
 # budget so the notebooks' own harnesses stop their child processes first.
 #
 #   PY=build/venv/bin/python scripts/gpu.sh     run (the Makefile passes PY)
 #   DRY_RUN=1 scripts/gpu.sh                    print the commands, run nothing, need no GPU
+#   NO_HTML=1 scripts/gpu.sh                    skip the HTML export (the offline bundle has no nbconvert)
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-build/venv/bin/python}
@@ -28,7 +29,7 @@ started=$SECONDS
 step() {
   local budget=$1 notebook=$2
   shift 2
-  local cmd=("$PY" -m fp4lab.core.runner reproduce --notebooks "$notebook" "$@")
+  local cmd=("$PY" -m fp4lab.core.runner reproduce --notebooks "$notebook" ${NO_HTML:+--no-html} "$@")
   if [[ -n "${DRY_RUN:-}" ]]; then
     echo "${cmd[*]}"
     return
@@ -45,11 +46,11 @@ step() {
 }
 
 # 04: GLM-5's full widths, the three compile variants, CUDA-graph replay on the GPU.
-step 170 04 --param scale=1 --param layers=4 --param tokens=256 --param backend=inductor --param iters=50 --param warmup=5 --param device=cuda
+step 150 04 --param scale=1 --param layers=4 --param tokens=256 --param backend=inductor --param iters=50 --param warmup=5 --param device=cuda
 # 05: the custom-op fix at GLM-5's hidden size (head_dim 128).
-step 100 05 --param tokens=256 --param hidden=6144 --param heads=48 --param ffn=12288 --param layers=2
+step 90 05 --param tokens=256 --param hidden=6144 --param heads=48 --param ffn=12288 --param layers=2
 # 06: FP4 kernels on the GPU, at matrix sizes worth timing.
-step 100 06 --param device=cuda --param 'throughput_shapes=[[4096,4096],[8192,8192]]' --param throughput_iters=20
+step 90 06 --param device=cuda --param 'throughput_shapes=[[4096,4096],[8192,8192]]' --param throughput_iters=20
 gpus=$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)
 if ((gpus >= 2)); then
   # Several GPUs (not the 10-minute single-H200 case): nccl eager and in CUDA graphs, MSCCLPP
@@ -59,8 +60,8 @@ if ((gpus >= 2)); then
   step 1500 08 --param scale=2 --param tokens=256 --param iters=20 --param warmup=3 --param timeout_s=120 --param ready_timeout_s=300 --param num_prompts=64
 else
   # One GPU: 07 and 08 need no GPU; their GPU sections are skipped and recorded as skipped.
-  step 85 07 --param sizes=1KiB:64MiB --param iters=20 --param warmup=5 --param timeout_s=70
-  step 85 08 --param scale=16 --param tokens=256 --param iters=20 --param warmup=3 --param timeout_s=70
+  step 70 07 --param sizes=1KiB:64MiB --param iters=20 --param warmup=5 --param timeout_s=55
+  step 70 08 --param scale=16 --param tokens=256 --param iters=20 --param warmup=3 --param timeout_s=55
 fi
 
 [[ -n "${DRY_RUN:-}" ]] && exit 0

@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# run.sh of the offline GPU bundle (make gpu-bundle): ./run.sh OUT_DIR
+#
+# Needs a python3 (PYTHON=..., default python3) with torch >= 2.11; reaches no registry.
+# Installs what that interpreter lacks from wheels/ into OUT_DIR/.site (pip, offline), runs the
+# GPU notebooks (04-08 with GPU-sized parameters where torch sees a CUDA GPU; 04-06 with their
+# CPU defaults elsewhere, every GPU check then recorded as skipped), and writes records to
+# OUT_DIR/data, figures to OUT_DIR/figures, executed notebooks to OUT_DIR/build, and one
+# summary line per notebook to the terminal and OUT_DIR/summary.txt.
+set -euo pipefail
+[[ $# -eq 1 ]] || { echo "usage: $0 OUT_DIR" >&2; exit 2; }
+HERE=$(cd "$(dirname "$0")" && pwd)
+mkdir -p "$1"
+OUT=$(cd "$1" && pwd)
+PY=${PYTHON:-python3}
+SITE="$OUT/.site"
+
+"$PY" - <<'PYEOF'
+import sys
+try:
+    import torch
+except ImportError:
+    sys.exit("run.sh needs a python3 with torch >= 2.11; this one has no torch (set PYTHON=...)")
+major, minor = (int(p) for p in torch.__version__.split(".")[:2])
+if (major, minor) < (2, 11):
+    sys.exit(f"run.sh needs torch >= 2.11; this python3 has {torch.__version__}")
+print(f"torch {torch.__version__}, CUDA device: {torch.cuda.is_available()}")
+PYEOF
+
+export PYTHONPATH="$SITE:$HERE/src/lib${PYTHONPATH:+:$PYTHONPATH}"
+export PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1
+"$PY" -m fp4lab.core.bundle install "$HERE/wheels" "$SITE"
+"$PY" -m ipykernel install --name fp4lab --prefix "$SITE/kernel" >/dev/null
+export JUPYTER_PATH="$SITE/kernel/share/jupyter" JUPYTER_DATA_DIR="$OUT/build/jupyter"
+export FP4LAB_BUILD_DIR="$OUT/build" FP4LAB_DATA_DIR="$OUT/data" FP4LAB_FIGURES_DIR="$OUT/figures"
+export TORCHINDUCTOR_CACHE_DIR="$OUT/build/cache/inductor" TRITON_CACHE_DIR="$OUT/build/cache/triton"
+export MPLCONFIGDIR="$OUT/build/cache/matplotlib" PYTHONUNBUFFERED=1
+
+status=0
+if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then
+  PY="$PY" NO_HTML=1 bash "$HERE/src/scripts/gpu.sh" || status=$?
+else
+  echo "no CUDA device: notebooks 04-06 with their CPU defaults; their GPU checks are recorded as skipped"
+  "$PY" -m fp4lab.core.runner reproduce --notebooks 04,05,06 --no-html || status=$?
+fi
+"$PY" -m fp4lab.core.bundle summary "$OUT/data" | tee "$OUT/summary.txt"
+exit $status

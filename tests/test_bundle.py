@@ -1,0 +1,109 @@
+"""make gpu-bundle: one folder under the limit, installable offline; run.sh on a CPU skips GPU checks."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fp4lab.core import bundle, paths
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("bundle") / "gpu-bundle"
+    assert bundle.main(["build", str(out)]) == 0
+    return out
+
+
+def test_the_bundle_holds_sources_wheels_and_run_sh_under_the_limit(built):
+    size = sum(p.stat().st_size for p in built.rglob("*") if p.is_file())
+    assert size <= bundle.LIMIT_BYTES
+    assert (built / "run.sh").stat().st_mode & 0o111
+    assert (built / "src/lib/fp4lab/core/runner.py").exists()
+    assert (built / "src/notebooks/06_nvfp4_kernels.ipynb").exists()
+    pins = (built / "requirements.txt").read_text().split()
+    names = {pin.split("==")[0] for pin in pins}
+    assert {"papermill", "ipykernel", "nbformat", "torchao"} <= names
+    assert not names & {"torch", "triton", "numpy", "pandas", "matplotlib", "flashinfer-python"}
+    wheels = [p.name for p in (built / "wheels").glob("*.whl")]
+    assert not [w for w in wheels if w.startswith(("torch-", "triton-"))], (
+        "the GPU machine has them"
+    )
+    for tag in ("cp311", "cp312"):  # binary wheels for this machine's and the GPU machine's Python
+        assert any(w.startswith("pyyaml-") and tag in w for w in wheels), tag
+
+
+def test_unknown_extras_are_refused_before_any_download(tmp_path, capsys):
+    assert bundle.main(["build", str(tmp_path / "b"), "--with", "scipy"]) == 2
+    assert "allowed values: numpy, pandas, matplotlib" in capsys.readouterr().err
+    assert not (tmp_path / "b").exists()
+
+
+def test_install_takes_only_what_the_interpreter_lacks(tmp_path):
+    wheels = tmp_path / "wheels"
+    wheels.mkdir()
+    (tmp_path / "requirements.txt").write_text("pytest==0.0.1\nno-such-dist-fp4lab==1.0\n")
+    assert bundle.missing(["pytest==0.0.1", "no-such-dist-fp4lab==1.0"]) == [
+        "no-such-dist-fp4lab==1.0"
+    ]
+    with pytest.raises(subprocess.CalledProcessError):  # offline, and the wheel is not there
+        bundle.install(wheels, tmp_path / "site")
+
+
+@pytest.mark.bundle
+def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built, tmp_path):
+    """A python3 with only torch (and the scientific stack the GPU image has) runs the bundle."""
+    env_dir = tmp_path / "gpu-like-python"
+    subprocess.run([sys.executable, "-m", "venv", str(env_dir)], check=True)
+    python = env_dir / "bin" / "python"
+    pip_env = {**os.environ, "PIP_CACHE_DIR": str(paths.build_dir() / "cache" / "pip")}
+    subprocess.run(
+        [
+            python,
+            "-m",
+            "pip",
+            "install",
+            "-q",
+            "torch==2.13.0",
+            "pandas==3.1.1",
+            "matplotlib==3.11.2",
+        ],
+        check=True,
+        env=pip_env,
+    )
+    out = tmp_path / "out"
+    run_env = {
+        k: v for k, v in os.environ.items() if not k.startswith(("FP4LAB_", "PIP_", "JUPYTER"))
+    }
+    done = subprocess.run(
+        ["bash", str(built / "run.sh"), str(out)],
+        env={**run_env, "PYTHON": str(python), "PIP_NO_INDEX": "1"},
+        capture_output=True,
+        text=True,
+        timeout=1800,
+    )
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    statuses = {
+        r["values"]["notebook"]: r["values"]["status"]
+        for r in map(json.loads, (out / "data" / "reproduce.jsonl").read_text().splitlines())
+    }
+    assert statuses == dict.fromkeys(
+        ["04_fullgraph_false_tradeoff", "05_custom_op_fix", "06_nvfp4_kernels"], "ran"
+    )
+    skipped = [
+        json.loads(line)["values"]
+        for name in ("06_nvfp4_kernels",)
+        for line in (out / "data" / f"{name}.jsonl").read_text().splitlines()
+        if json.loads(line)["kind"] == "skipped"
+    ]
+    assert skipped and all(
+        "no CUDA" in s["reason"] or "not installed" in s["reason"] for s in skipped
+    )
+    summary = (out / "summary.txt").read_text().splitlines()
+    assert len(summary) == 3 and all(": ran in " in line for line in summary)
+    assert list((out / "figures").glob("*.png")), "figures come back with the records"
