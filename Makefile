@@ -4,6 +4,7 @@
 #   make reproduce TORCH=torch==2.14.1    another torch build (a CUDA one on a GPU machine)
 #   make matrix VERSIONS=0.6.3,0.7.4      the FlashInfer version matrix (notebook 09), then the report
 #   make benchmarks [BENCH_ARGS=--cold]  the speed goals (story timing, quantize throughput) into data/
+#   make readme                           rewrite README.md's findings and timings from data/
 #   make gpu TORCH=<a CUDA torch>         notebooks 04-08 sized for one GPU (within 8 min on an H200)
 #   make gpu-bundle                       the same as an offline folder (build/gpu-bundle/run.sh OUT)
 
@@ -33,7 +34,7 @@ export PYTHONUNBUFFERED      := 1
 CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
           $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR)
 
-.PHONY: reproduce test lint lab list matrix gpu gpu-bundle benchmarks venv clean
+.PHONY: reproduce test lint lab list matrix gpu gpu-bundle benchmarks readme venv clean
 
 # The make targets write results to the committed data/ and figures/; interactive sessions
 # (make lab, a notebook run by hand) write to build/data and build/figures.
@@ -51,6 +52,9 @@ gpu: $(STAMP)
 
 gpu-bundle: $(STAMP)
 	$(PY) -m fp4lab.core.bundle build $(BUILD)/gpu-bundle
+
+readme: $(STAMP)
+	FP4LAB_DATA_DIR=$(abspath data) $(PY) -m fp4lab.report.readme
 
 benchmarks: $(STAMP)
 	$(PY) benchmarks/story_timing.py --reproduce $(BENCH_ARGS)

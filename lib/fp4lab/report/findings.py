@@ -1,0 +1,101 @@
+"""The findings and timings README.md quotes, each sentence built from the newest records.
+
+Every bullet says how its result was obtained (``core.evidence``) and on what machine; a
+notebook without records yields "not measured at this commit", never an old number.
+"""
+
+from __future__ import annotations
+
+from fp4lab.core import records
+from fp4lab.report.story import of_kind, story_table
+
+
+def _latest(notebook: str, kind: str) -> list[dict]:
+    return of_kind(records.latest(notebook), kind)
+
+
+def _where(record: dict) -> str:
+    prov = record["provenance"]
+    target = f"SM{prov['target_sm']} {'simulated' if prov['simulated'] else 'real'}"
+    return f"{prov['device']}, {target if prov['target_sm'] else 'no target SM'}"
+
+
+def _summary_line(notebook: str, label: str) -> str:
+    rows = _latest(notebook, "summary")
+    if not rows:
+        return f"- {label}: not measured at this commit."
+    v = rows[-1]["values"]
+    return f"- {label} ({rows[-1]['provenance']['device']}): {v['status']}; {v['headline']}."
+
+
+def _story_line() -> str:
+    table = story_table()
+    if "observed" not in table:
+        return "- The story's three crashes: not measured at this commit."
+    parts = [
+        f"{story} {row['observed']} ({row['seconds']:.2f} s, {row['target']})"
+        for story, row in table.iterrows()
+    ]
+    agree = (table["reproduced"] == "yes").sum()
+    return (
+        f"- The story's crashes, reproduced at trace time ({agree}/{len(table)} as the story "
+        f"reported): {'; '.join(parts)}."
+    )
+
+
+def _matrix_line() -> str:
+    rows = _latest("09_version_matrix", "summary")
+    if not rows:
+        return "- Across FlashInfer versions: not measured at this commit."
+    v = rows[-1]["values"]
+    return (
+        f"- Across FlashInfer versions ({', '.join(v['versions_measured'])}; trace on "
+        f"{_where(rows[-1])}): the story's decision holds up to "
+        f"{v['story_decision_holds_up_to'] or 'none of them'}; the upstream op removes the "
+        f"blocker from {v['upstream_op_unblocks_from'] or 'none of them'}."
+    )
+
+
+def findings() -> str:
+    """The README's findings, one bullet per question, from the newest records."""
+    lines = [
+        _story_line(),
+        _matrix_line(),
+        _summary_line("06_nvfp4_kernels", "FP4 kernels"),
+        _summary_line("07_mscclpp_allreduce", "MSCCLPP allreduce"),
+        _summary_line("08_single_batch_overlap", "Single Batch Overlap"),
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def _bytes_gb(n: float) -> str:
+    return f"{n / 2**30:.2f} GiB"
+
+
+def timings() -> str:
+    """How long the story takes to replay here, and the environments' sizes, from the benchmarks."""
+    rows = records.latest("benchmark_story")
+    if not rows:
+        return "Not measured at this commit: run `make benchmarks`.\n"
+    v, prov = rows[-1]["values"], rows[-1]["provenance"]
+    lines = [
+        f"Measured by `benchmarks/story_timing.py` at commit {prov['git']['commit'][:10]} on "
+        f"{prov['device']} ({prov['time_utc']}):",
+        f"- the story's three signatures: {v['three_signatures_s']:.2f} s together in one warm "
+        f"process, {v['speedup_vs_restarts']:.0f}x faster than three 4-minute restarts;",
+    ]
+    if "reproduce_warm_s" in v:
+        lines.append(f"- `make reproduce`, warm: {v['reproduce_warm_s']:.0f} s;")
+    if "reproduce_cold_s" in v:
+        lines.append(f"- `make reproduce` from a fresh clone: {v['reproduce_cold_s']:.0f} s;")
+    lines.append(f"- the environment (build/venv): {_bytes_gb(v['venv_bytes'])}.")
+    versions = [
+        r["values"] for r in _latest("09_version_matrix", "version") if r["values"]["env_bytes"]
+    ]
+    if versions:
+        sizes = sorted(r["env_bytes"] for r in versions)
+        lines.append(
+            f"- each FlashInfer version of the matrix: {_bytes_gb(sizes[0])} to "
+            f"{_bytes_gb(sizes[-1])} ({len(sizes)} versions, build/matrix/)."
+        )
+    return "\n".join(lines) + "\n"
