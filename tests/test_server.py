@@ -17,8 +17,8 @@ import pytest
 import torch
 
 from fp4lab.compile import trace
-from fp4lab.core import probe, process, records
-from fp4lab.serving import bench, compare, config, logs, server, tiny_model
+from fp4lab.core import probe, process, records, venvs
+from fp4lab.serving import bench, cli, compare, config, logs, server, sglang_env, tiny_model
 
 FIXTURES = Path(__file__).parent / "fixtures"
 LOGS = FIXTURES / "server_logs"
@@ -40,7 +40,7 @@ def fake_python(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> str:
 
 def make_config(python: str, **kw: object) -> config.ServerConfig:
     return config.ServerConfig(
-        model_path="tiny-model", port=server.free_port(), python=python, **kw
+        **{"model_path": "tiny-model", "port": server.free_port(), "python": python, **kw}
     )
 
 
@@ -51,37 +51,111 @@ def assert_group_gone(pgid: int) -> None:
 # ----------------------------------------------------------------------------- command lines
 
 
+def spec(*options: tuple[str, ...] | str, choices: dict | None = None) -> cli.CliSpec:
+    """A launch_server parser with these options (tuples are one option's spellings)."""
+    choices = choices or {}
+    return cli.CliSpec(
+        "sglang.launch_server",
+        "test",
+        tuple(
+            cli.Option(
+                (o,) if isinstance(o, str) else o,
+                (o if isinstance(o, str) else o[0]).lstrip("-").replace("-", "_"),
+                not (o if isinstance(o, str) else o[0]).startswith(
+                    ("--enable", "--disable", "--enforce")
+                ),
+                None,
+                choices.get(o),
+                "Deprecated. Use something else." if o == "--disable-cuda-graph" else "help",
+            )
+            for o in options
+        ),
+    )
+
+
+BASE_OPTIONS = ("--model-path", "--tp-size", "--host", "--port", "--enable-mscclpp",
+                "--enable-single-batch-overlap", "--mem-fraction-static")  # fmt: skip
+GENERATIONS = {
+    # 0.5.12: PCG on by default, all three flags
+    "0.5.12": spec(*BASE_OPTIONS, "--enable-piecewise-cuda-graph", "--disable-piecewise-cuda-graph",
+                   "--enforce-piecewise-cuda-graph"),
+    # story era: off by default, an enable flag only
+    "0.5.5": spec(*BASE_OPTIONS, "--enable-piecewise-cuda-graph"),
+    # 0.5.21+: a prefill CUDA-graph backend with choices
+    "0.5.21": spec(*BASE_OPTIONS, "--cuda-graph-backend-prefill", "--disable-cuda-graph",
+                   choices={"--cuda-graph-backend-prefill": ("full", "breakable", "tc_piecewise", "disabled")}),
+    # 0.5.23: tc_piecewise is no longer a choice
+    "0.5.23": spec(*BASE_OPTIONS, "--cuda-graph-backend-prefill", "--cuda-graph-backend-decode",
+                   choices={"--cuda-graph-backend-prefill": ("full", "breakable", "disabled")}),
+}  # fmt: skip
+PCG_FLAGS = {
+    ("0.5.12", True): ["--enforce-piecewise-cuda-graph"],
+    ("0.5.12", False): ["--disable-piecewise-cuda-graph"],
+    ("0.5.5", True): ["--enable-piecewise-cuda-graph"],
+    ("0.5.5", False): [],
+    ("0.5.21", True): ["--cuda-graph-backend-prefill", "tc_piecewise"],
+    ("0.5.21", False): ["--cuda-graph-backend-prefill", "disabled"],
+    ("0.5.23", False): ["--cuda-graph-backend-prefill", "disabled"],
+}
+
+
 @pytest.mark.parametrize(
-    ("pcg", "flags", "mscclpp", "sbo"),
-    list(
-        itertools.product(
-            [None, True, False], config.PCG_FLAG_GENERATIONS, [False, True], [False, True]
-        )
-    ),
+    ("pcg", "version", "mscclpp", "sbo"),
+    list(itertools.product([None, True, False], GENERATIONS, [False, True], [False, True])),
 )
-def test_every_switch_combination_renders_the_exact_command(pcg, flags, mscclpp, sbo):
+def test_every_switch_combination_renders_the_exact_command_for_its_parser(
+    pcg, version, mscclpp, sbo
+):
     cfg = config.ServerConfig(
         "org/model",
         tp_size=4,
         port=31000,
         piecewise_cuda_graph=pcg,
-        pcg_flags=flags,
         enable_mscclpp=mscclpp,
         enable_single_batch_overlap=sbo,
         extra_args=("--mem-fraction-static", "0.8"),
         python="python3",
+        cli=GENERATIONS[version],
     )
-    pcg_flag = {
-        (True, "current"): ["--enforce-piecewise-cuda-graph"],
-        (False, "current"): ["--disable-piecewise-cuda-graph"],
-        (True, "legacy"): ["--enable-piecewise-cuda-graph"],
-        (False, "legacy"): [],
-    }.get((pcg, flags), [])
+    if (version, pcg) == ("0.5.23", True):
+        with pytest.raises(
+            cli.UnknownOption,
+            match=r"no piecewise CUDA graph: --cuda-graph-backend-prefill takes full, breakable, "
+            r"disabled; .*its cuda-graph options are: --cuda-graph-backend-prefill "
+            r"\{full,breakable,disabled\}; --cuda-graph-backend-decode",
+        ):
+            cfg.command()
+        return
+    pcg_flag = [] if pcg is None else PCG_FLAGS[(version, pcg)]
     expected = ["python3", "-m", "sglang.launch_server", "--model-path", "org/model", "--tp-size", "4",
                 "--host", "127.0.0.1", "--port", "31000", *pcg_flag, *(["--enable-mscclpp"] if mscclpp else []),
                 *(["--enable-single-batch-overlap"] if sbo else []), "--mem-fraction-static", "0.8"]  # fmt: skip
     assert cfg.command() == expected
+    cfg.check()  # the parser accepts every option it rendered
     assert cfg.as_record()["command"] == " ".join(expected[1:])
+
+
+def test_an_option_the_installed_parser_lacks_is_refused_naming_its_topic():
+    parser = GENERATIONS["0.5.21"]
+    with pytest.raises(cli.UnknownOption) as caught:
+        parser.check(["--enforce-piecewise-cuda-graph"])
+    assert str(caught.value).startswith("this SGLang (test, sglang.launch_server) has no option "
+                                        "--enforce-piecewise-cuda-graph; its cuda-graph options are: "
+                                        "--cuda-graph-backend-prefill {full,breakable,tc_piecewise,disabled}; "
+                                        "--disable-cuda-graph")  # fmt: skip
+    with pytest.raises(
+        cli.UnknownOption, match="takes one of full, breakable, tc_piecewise, disabled; not 'eager'"
+    ):
+        parser.check(["--cuda-graph-backend-prefill", "eager"])
+    with pytest.raises(cli.UnknownOption, match="--enable-mscclpp takes no value"):
+        parser.check(["--enable-mscclpp=1"])
+    with pytest.raises(cli.UnknownOption, match="stray argument 'x'"):
+        parser.check(["--enable-mscclpp", "x"])
+    with pytest.raises(cli.UnknownOption, match="--port needs a value"):
+        parser.check(["--port"])
+    parser.check(["--port=3", "--cuda-graph-backend-prefill=full", "--enable-mscclpp"])
+    assert [parser.status(f) for f in ("--port", "--disable-cuda-graph", "--enable-piecewise-cuda-graph")] == [
+        "accepted", "deprecated", "rejected"]  # fmt: skip
 
 
 def test_labels_name_the_switches_that_are_on():
@@ -101,13 +175,18 @@ def test_labels_name_the_switches_that_are_on():
         ({"model_path": " "}, "model_path is empty"),
         ({"tp_size": 0}, "tp_size=0 must be a positive integer"),
         ({"port": 70000}, "port=70000 is not allowed"),
-        ({"pcg_flags": "v2"}, "pcg_flags='v2' is not allowed; allowed values: current, legacy"),
+        ({"device": "tpu"}, "device='tpu' is not allowed"),
+        ({"max_total_tokens": 0}, "max_total_tokens=0 must be a positive integer"),
         ({"extra_args": "--enable-mscclpp"}, "must be a sequence of strings"),
         (
             {"extra_args": ("--enable-mscclpp",)},
             "extra_args contains '--enable-mscclpp', which ServerConfig sets itself",
         ),
         ({"extra_args": ("--tp=2",)}, "extra_args contains '--tp=2'"),
+        (
+            {"extra_args": ("--cuda-graph-backend-prefill", "full")},
+            "contains '--cuda-graph-backend-prefill'",
+        ),
     ],
 )
 def test_bad_configurations_are_refused_naming_the_field(kwargs, message):
@@ -115,15 +194,44 @@ def test_bad_configurations_are_refused_naming_the_field(kwargs, message):
         config.ServerConfig(**{"model_path": "m", **kwargs})
 
 
-def test_detect_pcg_flags_reads_the_installed_help(tmp_path):
-    for flags, help_text in (
-        ("current", "--disable-piecewise-cuda-graph"),
-        ("legacy", "--enable-piecewise-cuda-graph"),
+def test_a_model_folder_without_config_or_tokenizer_is_refused_before_launch(fake_python, tmp_path):
+    folder = tmp_path / "model"
+    folder.mkdir()
+    log = tmp_path / "never.log"
+    with (
+        pytest.raises(
+            ValueError, match=r"is a folder without config.json and a tokenizer \(tokenizer.json or"
+        ),
+        server.launch(make_config(fake_python, model_path=str(folder)), log, 60),
     ):
-        fake = tmp_path / f"python_{flags}"
-        fake.write_text(f"#!/bin/sh\necho 'usage: launch_server.py [--tp-size TP] [{help_text}]'\n")
-        fake.chmod(0o755)
-        assert config.detect_pcg_flags(str(fake), tmp_path / f"{flags}.log") == flags
+        pytest.fail("launched")
+    (folder / "config.json").write_text("{}")
+    with pytest.raises(ValueError, match=r"is a folder without a tokenizer"):
+        config.ServerConfig(str(folder), python=fake_python).check()
+    (folder / "tokenizer.json").write_text("{}")
+    config.ServerConfig(str(folder), python=fake_python).check()
+    assert not log.exists(), "nothing may start before the checks pass"
+    with pytest.raises(ValueError, match="python is empty; allowed values: an SGLang environment"):
+        config.ServerConfig("m").check()
+
+
+def test_an_unknown_flag_is_refused_by_the_parser_before_anything_starts(fake_python, tmp_path):
+    """The fake's parser, read through fp4lab's reader exactly as the real one is."""
+    cfg = make_config(fake_python, extra_args=("--disable-cuda-graph",))
+    log = tmp_path / "never.log"
+    started = time.monotonic()
+    with (
+        pytest.raises(
+            cli.UnknownOption,
+            match=r"this SGLang \(fake, sglang.launch_server\) has no option "
+            r"--disable-cuda-graph; its cuda-graph options are: --cuda-graph-backend-prefill",
+        ),
+        server.launch(cfg, log, 60),
+    ):
+        pytest.fail("launched")
+    assert time.monotonic() - started < 30 and not log.exists()
+    parser = cli.read_parser(fake_python, "sglang.launch_server")
+    assert parser.sglang == "fake" and parser.find("--enable-mscclpp").takes_value is False
 
 
 # ----------------------------------------------------------------------------- launch, readiness, teardown
@@ -147,7 +255,12 @@ def test_launch_waits_for_health_then_stops_the_whole_group(fake_python, tmp_pat
             "the server's child should share its process group"
         )
         with server.urllib.request.urlopen(cfg.base_url + "/argv") as response:
-            assert json.load(response) == cfg.command()[3:]
+            assert json.load(response) == running.config.command()[3:]
+        argv = running.config.command()
+        assert argv[argv.index("--cuda-graph-backend-prefill") + 1] == "disabled"
+        assert running.resolved()["enable_mscclpp"] is True, (
+            "the server_args line the server logged"
+        )
     assert_group_gone(running.pid)
     assert not server.healthy(cfg.base_url + "/health")
     assert "fake sglang.launch_server mode=serve" in log.read_text()
@@ -474,18 +587,100 @@ def test_jsonl_loading_names_the_bad_line(tmp_path):
         bench.load_jsonl(bad, ("output_throughput",), bench.SERVING_METRICS)
 
 
-def test_compare_keeps_a_failed_launch_named(fake_python, tmp_path, monkeypatch, isolated_outputs):
-    monkeypatch.setenv("FAKE_SGLANG_MODE", "crash")
+def test_compare_keeps_failed_and_rejected_runs_named_and_goes_on(
+    fake_python, tmp_path, monkeypatch, isolated_outputs
+):
+    """A crash, a server that never becomes ready and an option the parser lacks: each is
+    recorded with its reason (and its log's tail), and the run after them still happens."""
     monkeypatch.setenv("FAKE_SGLANG_CRASH_LOG", str(LOGS / "sglang_5285_cuda_graph_oom.log"))
-    [outcome] = compare.compare(
-        [make_config(fake_python, enable_mscclpp=True)], tmp_path, ready_timeout_s=30, num_prompts=2
+    configs = [
+        make_config(fake_python, model_path="m@crash", enable_mscclpp=True),
+        make_config(fake_python, model_path="m@hang", enable_single_batch_overlap=True),
+        make_config(fake_python, extra_args=("--enable-two-batch-overlap",)),
+        make_config(fake_python, enable_mscclpp=True, enable_single_batch_overlap=True),
+    ]
+    crashed, hung, rejected, ran = compare.compare(
+        configs, tmp_path, ready_timeout_s=3, num_prompts=2, input_len=4, output_len=2
     )
-    assert (outcome.status, outcome.findings, outcome.rows) == (
+    assert (crashed.status, crashed.findings, crashed.rows) == (
         "failed",
         ["cuda_out_of_memory"],
         [],
     )
-    assert "mscclpp server exited with code 1" in outcome.reason
+    assert "mscclpp server exited with code 1" in crashed.reason
+    assert "CUDA out of memory" in crashed.log_tail and crashed.as_record()["log_tail"]
+    assert hung.status == "failed" and "not ready" in hung.reason
+    assert "fake sglang.launch_server mode=hang" in hung.log_tail
+    assert (
+        rejected.status == "rejected"
+        and "has no option --enable-two-batch-overlap" in rejected.reason
+    )
+    assert ran.status == "ran" and ran.rows[0]["completed"] == 2
+    assert ran.options == {
+        "--enable-mscclpp": "accepted",
+        "--enable-single-batch-overlap": "accepted",
+    }
+    assert (
+        ran.mscclpp
+        == "fell back to nccl: SGLang logged no MSCCL++ communicator (it creates none for one rank: tp_size=1)"
+    )
+    assert ran.shown_as == "mscclpp+sbo (fell back to nccl)"
+    table = bench.serving_table([o.as_record() for o in (crashed, ran) if o.status == "ran"])
+    assert list(table.index) == ["mscclpp+sbo (fell back to nccl)"]
+
+
+RESOLVED_DICT = (
+    "[2026-11-29 18:55:19] server_args={'model_path': 'm', 'tp_size': 4, 'device': 'cuda', "
+    "'enable_mscclpp': True, 'cuda_graph_config': {'decode': {'backend': 'full'}, "
+    "'prefill': {'backend': 'disabled'}}}"
+)
+RESOLVED_REPR = (
+    "[2026-01-01 10:00:00] server_args=ServerArgs(model_path='m', tp_size=8, enable_mscclpp=True, "
+    "disable_cuda_graph=False, mem_fraction_static=0.8, device='cuda')"
+)
+NO_PACKAGE = (
+    "PyMscclpp is unavailable because its dependencies failed to import: No module named 'mscclpp'"
+)
+WORLD_SIZE = (
+    "PyMscclpp is disabled due to an unsupported world size: 2. Supported world sizes: (4, 8)."
+)
+CREATED = "Created MSCCL++ communicator: group=tp world_size=8 device=cuda:0 allreduce_configs=3"
+NO_GRAPH = (
+    "SGLang uses MSCCL++ only inside CUDA-graph capture and this server captures no CUDA graph"
+)
+
+
+@pytest.mark.parametrize(
+    ("log", "expected"),
+    [
+        (RESOLVED_DICT.replace("'enable_mscclpp': True", "'enable_mscclpp': False"),
+         (False, "fell back to nccl: SGLang resolved enable_mscclpp to False")),
+        (RESOLVED_DICT + "\n[x] " + NO_PACKAGE, (False, "fell back to nccl: " + NO_PACKAGE)),
+        (RESOLVED_DICT + "\n[x] " + WORLD_SIZE, (False, "fell back to nccl: " + WORLD_SIZE)),
+        (RESOLVED_DICT, (False, "fell back to nccl: SGLang logged no MSCCL++ communicator")),
+        (RESOLVED_DICT.replace("'cuda'", "'cpu'") + "\n[x] " + CREATED, (False, "fell back to nccl: " + NO_GRAPH)),
+        (RESOLVED_REPR + "\n[x] " + CREATED, (True, CREATED)),
+    ],
+)  # fmt: skip
+def test_mscclpp_outcome_needs_sglangs_own_proof(log, expected):
+    assert logs.mscclpp_outcome(log) == expected
+
+
+def test_resolved_args_read_both_forms_sglang_logs():
+    assert (
+        logs.resolved_args(RESOLVED_DICT)["cuda_graph_config"]["prefill"]["backend"] == "disabled"
+    )
+    assert logs.resolved_args(RESOLVED_REPR) == {
+        "model_path": "m", "tp_size": 8, "enable_mscclpp": True, "disable_cuda_graph": False,
+        "mem_fraction_static": 0.8, "device": "cuda",
+    }  # fmt: skip
+    assert logs.resolved_args("no such line") == {}
+    assert compare.option_outcomes(GENERATIONS["0.5.21"], ["--enable-mscclpp", "--enable-single-batch-overlap",
+                                   "--enforce-piecewise-cuda-graph"], logs.resolved_args(RESOLVED_DICT)) == {
+        "--enable-mscclpp": "accepted",
+        "--enable-single-batch-overlap": "ignored: SGLang resolved enable_single_batch_overlap=None",
+        "--enforce-piecewise-cuda-graph": "rejected",
+    }  # fmt: skip
 
 
 # ----------------------------------------------------------------------------- the tiny model
@@ -550,14 +745,31 @@ def test_model_path_is_empty_a_folder_or_a_hub_id(tmp_path):
         assert compare.serving_settings(**{**SETTINGS, "model_path": allowed}).model_path == allowed
 
 
-def test_switch_comparison_without_sglang_is_recorded_as_skipped(tmp_path, isolated_outputs):
-    machine = dataclasses.replace(
-        probe.machine(), packages={**probe.machine().packages, "sglang": None}
-    )
+def test_switch_comparison_without_gpus_is_recorded_as_skipped(tmp_path, isolated_outputs):
+    machine = dataclasses.replace(probe.machine(), gpu_count=0, cuda_available=False, sm=None)
     settings = compare.serving_settings(**SETTINGS)
     result = compare.switch_comparison(settings, records.Recorder("nb", {}), tmp_path, machine)
-    assert result.skip.startswith("sglang is not installed") and result.rows == []
+    assert result.skip == "needs 2 or more GPUs; this machine has 0" and result.rows == []
     assert [r["values"] for r in records.read("nb")] == [
         {"status": "skipped", "reason": result.skip}
     ]
     assert result.table().empty
+
+
+def test_switch_comparison_records_an_environment_that_cannot_be_built(
+    tmp_path, isolated_outputs, monkeypatch
+):
+    machine = dataclasses.replace(probe.machine(), gpu_count=8, cuda_available=True, sm=(10, 0))
+    monkeypatch.setattr(compare, "unavailable", lambda m: None)
+    failed = sglang_env.SGLangEnv(
+        "0.5.21", venvs.Environment(tmp_path, "failed", error="pip install failed: no network"),
+        error="pip install failed: no network",
+    )  # fmt: skip
+    monkeypatch.setattr(compare, "ensure_sglang", lambda: failed)
+    result = compare.switch_comparison(
+        compare.serving_settings(**SETTINGS), records.Recorder("nb", {}), tmp_path, machine
+    )
+    assert (
+        result.skip
+        == "the SGLang 0.5.21 environment could not be built: pip install failed: no network"
+    )

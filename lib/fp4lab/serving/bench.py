@@ -1,9 +1,11 @@
 """SGLang's two benchmark clients against a running server, and their results as a table.
 
 ``bench_serving`` and ``bench_one_batch`` run ``sglang.bench_serving`` and
-``sglang.bench_one_batch_server`` against a ``fp4lab.serving.server.Server`` and load the
-JSON lines they append; with a recorder, each row is recorded beside the server's
-configuration.
+``sglang.bench_one_batch_server`` with the server's own SGLang interpreter against a
+``fp4lab.serving.server.Server``, after checking their command lines against the clients' own
+parsers (``fp4lab.serving.cli``), and load the JSON lines they append; with a recorder, each
+row is recorded beside the server's configuration. Both use ``random-ids`` prompts (random
+token ids): the clients' ``random`` default samples ShareGPT, which is downloaded.
 """
 
 from __future__ import annotations
@@ -15,7 +17,11 @@ from pathlib import Path
 import pandas as pd
 
 from fp4lab.core import params, process, records
-from fp4lab.serving.server import Server
+from fp4lab.serving.cli import read_parser
+from fp4lab.serving.server import Server, server_environment
+
+OFFLINE_DATASET = "random-ids"
+"""The clients' dataset that needs no download (random token ids of fixed lengths)."""
 
 SERVING_METRICS = (
     "completed", "duration", "request_throughput", "input_throughput", "output_throughput",
@@ -56,6 +62,7 @@ def load_jsonl(path: Path, required: Sequence[str], keep: Sequence[str]) -> list
 
 
 def _run_client(
+    server: Server,
     cmd: list[str],
     out: Path,
     log_path: Path,
@@ -64,8 +71,9 @@ def _run_client(
     keep: Sequence[str],
 ) -> list[dict]:
     out = Path(out)
+    read_parser(cmd[0], cmd[2]).check(cmd[3:])
     before = len(load_jsonl(out, required, keep)) if out.exists() else 0
-    finished = process.run(cmd, log_path, timeout_s)
+    finished = process.run(cmd, log_path, timeout_s, env=server_environment(server.config))
     if not finished.ok:
         raise BenchmarkError(f"{finished.describe()}\n{process.tail(log_path)}")
     rows = load_jsonl(out, required, keep)[before:] if out.exists() else []
@@ -79,7 +87,8 @@ def _run_client(
 def _record(rows: list[dict], server: Server, kind: str, recorder: records.Recorder | None) -> None:
     """One record of ``kind`` per row, with the server's configuration beside its numbers."""
     if recorder:
-        recorder.add_all(kind, [{**server.config.as_record(), **row} for row in rows])
+        extra = {"ready_after_s": server.ready_after_s, "evidence": ["serving"]}
+        recorder.add_all(kind, [{**server.config.as_record(), **extra, **row} for row in rows])
 
 
 def bench_serving_command(
@@ -113,16 +122,13 @@ def bench_serving(
     input_len: int = 256,
     output_len: int = 64,
     max_concurrency: int | None = None,
-    dataset: str = "random-ids",
+    dataset: str = OFFLINE_DATASET,
     seed: int = 1,
     timeout_s: float = 900.0,
     log_path: Path | None = None,
     recorder: records.Recorder | None = None,
 ) -> list[dict]:
-    """Run bench_serving; returns (and with a ``recorder``, records) the rows it appended to ``out``.
-
-    ``random-ids`` draws random token ids, so no dataset is downloaded (``random`` samples ShareGPT).
-    """
+    """Run bench_serving; returns (and with a ``recorder``, records) the rows it appended to ``out``."""
     for name, value in (
         ("num_prompts", num_prompts),
         ("input_len", input_len),
@@ -141,6 +147,7 @@ def bench_serving(
         seed=seed,
     )
     rows = _run_client(
+        server,
         cmd,
         out,
         Path(log_path or Path(out).with_suffix(".log")),
@@ -160,12 +167,14 @@ def bench_one_batch_command(
     input_len: int,
     output_len: int,
     run_name: str,
+    dataset: str = OFFLINE_DATASET,
 ) -> list[str]:
     """``python -m sglang.bench_one_batch_server`` against ``server``, results appended to ``out``."""
     return [
         server.config.python, "-m", "sglang.bench_one_batch_server", "--model-path", str(server.config.model_path),
         "--base-url", server.base_url, "--batch-size", *map(str, batch_sizes), "--input-len", str(input_len),
         "--output-len", str(output_len), "--run-name", run_name, "--result-filename", str(out),
+        "--dataset-name", dataset,
     ]  # fmt: skip
 
 
@@ -197,6 +206,7 @@ def bench_one_batch(
         run_name=run_name or server.config.label,
     )
     rows = _run_client(
+        server,
         cmd,
         out,
         Path(log_path or Path(out).with_suffix(".log")),
@@ -209,14 +219,15 @@ def bench_one_batch(
 
 
 def serving_table(rows: list[dict]) -> pd.DataFrame:
-    """bench_serving results per server configuration, with throughput relative to the baseline."""
+    """bench_serving results per server configuration, with throughput relative to the baseline;
+    a configuration whose MSCCLPP fell back to NCCL is shown as such (``shown_as``)."""
     table = pd.DataFrame(rows)
     if table.empty:
         return table
-    columns = [
+    name = "shown_as" if "shown_as" in table else "label"
+    columns = [name] + [
         c
         for c in (
-            "label",
             "output_throughput",
             "median_ttft_ms",
             "median_itl_ms",
@@ -225,7 +236,7 @@ def serving_table(rows: list[dict]) -> pd.DataFrame:
         )
         if c in table
     ]
-    table = table[columns].set_index("label")
+    table = table[columns].set_index(name)
     if "baseline" in table.index:
         table["throughput_vs_baseline"] = (
             table["output_throughput"] / table.loc["baseline", "output_throughput"]

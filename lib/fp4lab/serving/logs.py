@@ -1,8 +1,13 @@
 """What a server log shows: dynamo's failures by ``fp4lab.compile.trace``'s names, CUDA
-out-of-memory, NCCL errors, and SGLang's "Piecewise CUDA Graph is enabled by default" banner."""
+out-of-memory, NCCL errors, SGLang's piecewise-CUDA-graph banners, the server arguments it
+resolved (``resolved_args``) and whether MSCCL++ really ran (``mscclpp_outcome``).
+
+The SGLang lines matched here are the ones its source logs (tests/test_sglang_contract.py checks
+each against the installed wheel)."""
 
 from __future__ import annotations
 
+import ast
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,9 +31,17 @@ _PATTERNS = (
     ("nccl_error", re.compile(r"NCCL error|\bnccl\w*Error\b|DistBackendError")),
     (
         "piecewise_cuda_graph_banner",
-        re.compile(r"Piecewise CUDA Graph is enabled by default", re.IGNORECASE),
+        re.compile(r"Piecewise CUDA Graph is enabled|Using tc_piecewise CUDA graph", re.IGNORECASE),
     ),
 )
+MSCCLPP_DISABLED = re.compile(
+    r"PyMscclpp is (?:unavailable|disabled)[^\n]*|PyMscclpp did not produce any usable tuned configurations"
+)
+"""SGLang's warnings when it turns MSCCL++ off (package missing, world size or group unsupported)."""
+MSCCLPP_CREATED = re.compile(r"Created MSCCL\+\+ communicator[^\n]*")
+"""SGLang's line when a rank created a usable MSCCL++ communicator."""
+_RESOLVED = re.compile(r"server_args=(\{.*\}|ServerArgs\(.*\))\s*$")
+_FIELD = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|True|False|None|-?\d+(?:\.\d+)?)")
 _DYNAMO_EXCEPTION = re.compile(r"torch\._dynamo\.exc\.(\w+): ?(.*)")
 _DYNAMO_FOOTER = "Set TORCHDYNAMO_VERBOSE"
 _FRAME = re.compile(r'^\s*File "(?P<file>[^"]+)", line (?P<line>\d+), in (?P<function>\S+)')
@@ -138,3 +151,55 @@ def classify_log(text: str) -> list[Finding]:
         if at is not None:
             findings.append(Finding(signature, lines[at].strip(), at))
     return sorted(findings, key=lambda f: f.line)
+
+
+def resolved_args(text: str) -> dict:
+    """The server arguments SGLang logged at start-up: its resolved dict (newer releases) or the
+    plain fields of its ``ServerArgs(...)`` repr (older ones); {} when it logged none."""
+    for line in text.splitlines():
+        match = _RESOLVED.search(line)
+        if not match:
+            continue
+        logged = match.group(1)
+        if logged.startswith("{"):
+            try:
+                return ast.literal_eval(logged)
+            except (ValueError, SyntaxError):
+                pass
+        return {k: ast.literal_eval(v) for k, v in _FIELD.findall(logged)}
+    return {}
+
+
+def captures_cuda_graphs(resolved: dict) -> bool:
+    """Whether a server with these resolved arguments captures any CUDA graph at all."""
+    if resolved.get("device") not in (None, "cuda") or resolved.get("disable_cuda_graph"):
+        return False
+    phases = (resolved.get("cuda_graph_config") or {}).values()
+    return not phases or any(p.get("backend") != "disabled" for p in phases if isinstance(p, dict))
+
+
+def mscclpp_outcome(text: str) -> tuple[bool, str]:
+    """Whether a server launched with --enable-mscclpp ran MSCCL++, and the proof or the reason.
+
+    SGLang turns MSCCL++ off with only a warning (package missing, TP size unsupported), creates
+    no communicator for one rank, and uses one only inside CUDA-graph capture.
+    """
+    resolved = resolved_args(text)
+    if resolved and not resolved.get("enable_mscclpp"):
+        return False, "fell back to nccl: SGLang resolved enable_mscclpp to False"
+    disabled = MSCCLPP_DISABLED.search(text)
+    if disabled:
+        return False, f"fell back to nccl: {disabled.group(0).strip()}"
+    created = MSCCLPP_CREATED.search(text)
+    if not created:
+        tp = resolved.get("tp_size")
+        return False, (
+            "fell back to nccl: SGLang logged no MSCCL++ communicator"
+            + (" (it creates none for one rank: tp_size=1)" if tp == 1 else "")
+        )
+    if resolved and not captures_cuda_graphs(resolved):
+        return False, (
+            "fell back to nccl: SGLang uses MSCCL++ only inside CUDA-graph capture and this "
+            "server captures no CUDA graph"
+        )
+    return True, created.group(0).strip()

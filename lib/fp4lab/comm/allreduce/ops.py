@@ -22,6 +22,10 @@ class TorchAllreduce:
     def __call__(self, x: torch.Tensor) -> None:
         dist.all_reduce(x)
 
+    def state(self) -> dict:
+        """What proves which allreduce ran (nothing beyond the backend's name here)."""
+        return {}
+
     def not_routed(self, x: torch.Tensor) -> str | None:
         return None
 
@@ -31,14 +35,21 @@ class TorchAllreduce:
 
 
 class SGLangMscclpp:
-    """SGLang's MSCCLPP communicator, set up the way SGLang's own benchmark sets it up."""
+    """SGLang's MSCCL++ communicator, set up through the API the installed SGLang exposes
+    (``fp4lab.serving.mscclpp_api``); refuses to start unless the communicator is really usable."""
 
     backend = "mscclpp"
 
     def __init__(self, env: ranks.RankEnv) -> None:
         from sglang.srt.distributed import parallel_state
 
-        parallel_state.set_mscclpp_all_reduce(True)
+        from fp4lab.serving.mscclpp_api import describe, unsupported
+
+        api = describe()
+        reason = unsupported(api, env.world_size)
+        if reason:
+            raise RuntimeError(reason)
+        getattr(parallel_state, api["set_mscclpp"])(True)
         parallel_state.init_distributed_environment(
             world_size=env.world_size,
             rank=env.rank,
@@ -46,20 +57,34 @@ class SGLangMscclpp:
             distributed_init_method="env://",
             backend="nccl",
         )
-        parallel_state.initialize_model_parallel(tensor_model_parallel_size=env.world_size)
+        if api["tp_keyword"]:
+            parallel_state.initialize_model_parallel(tensor_model_parallel_size=env.world_size)
+        else:  # widths come from SGLang's runtime context: publish them with SGLang's own helper
+            from sglang.test.test_utils import publish_build_topology
+
+            publish_build_topology(
+                world_rank=env.rank, tp_size=env.world_size, ep_size=1, pp_size=1
+            )
+            parallel_state.initialize_model_parallel()
         self._state = parallel_state
         self.comm = parallel_state.get_tensor_model_parallel_group().pymscclpp_comm
         if self.comm is None or not getattr(self.comm, "available", False):
             raise RuntimeError(
-                "SGLang created no usable MSCCLPP communicator (is the mscclpp package importable?)"
+                "SGLang created no usable MSCCL++ communicator (see its warning in the log)"
             )
-        if not getattr(self.comm, "best_configs", None):
+        tuned = getattr(self.comm, api["best_configs"])
+        self.tuned = {k: len(v) for k, v in tuned.items()} if isinstance(tuned, dict) else tuned
+        if not (tuned.get("allreduce") if isinstance(tuned, dict) else tuned):
             raise RuntimeError(
-                f"SGLang's MSCCLPP communicator tuned no algorithm for world size {env.world_size}"
+                f"SGLang's MSCCL++ communicator tuned no allreduce for world size {env.world_size}"
             )
 
     def __call__(self, x: torch.Tensor) -> None:
         self.comm.all_reduce(x)
+
+    def state(self) -> dict:
+        """The communicator's own state, which proves MSCCL++ (not NCCL) runs the allreduce."""
+        return {"mscclpp_available": bool(self.comm.available), "mscclpp_tuned": self.tuned}
 
     def not_routed(self, x: torch.Tensor) -> str | None:
         with self.comm.change_state(enable=True):
@@ -67,7 +92,7 @@ class SGLangMscclpp:
         return (
             None
             if routed
-            else "SGLang would not route this size to MSCCLPP (it falls back to NCCL)"
+            else "SGLang would not route this size to MSCCL++ (it falls back to NCCL)"
         )
 
     @contextlib.contextmanager

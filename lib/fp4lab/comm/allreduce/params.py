@@ -3,7 +3,10 @@ backend cannot run here. The rank side and the driver both check with these."""
 
 from __future__ import annotations
 
-import importlib.util
+import functools
+import json
+import subprocess
+import sys
 
 import torch
 import torch.distributed as dist
@@ -70,13 +73,35 @@ def validate(
         )
 
 
-def _sglang_mscclpp_world_sizes() -> tuple[int, ...] | None:
-    """The world sizes the installed SGLang's MSCCLPP communicator accepts, or None when it cannot be imported."""
-    try:
-        from sglang.srt.distributed.device_communicators.pymscclpp import PyMscclppCommunicator
-    except Exception:  # absent, or broken on this machine: either way not usable
-        return None
-    return tuple(PyMscclppCommunicator._SUPPORTED_WORLD_SIZES)
+def mscclpp_api(python: str | None = None) -> dict:
+    """The installed SGLang's MSCCL++ API (``fp4lab.serving.mscclpp_api.describe``), read in
+    ``python``'s environment (default: SGLang's own, ``fp4lab.serving.sglang_env``); never raises."""
+    from fp4lab.serving.sglang_env import SGLANG_VERSION, env_root
+
+    if python is None:
+        env_python = env_root(SGLANG_VERSION) / "venv" / "bin" / "python"
+        if not env_python.exists():
+            return {"importable": False, "error": f"the SGLang {SGLANG_VERSION} environment is not "
+                    "built (fp4lab.serving.sglang_env.ensure_sglang())"}  # fmt: skip
+        python = str(env_python)
+    return _read_api(python)
+
+
+@functools.lru_cache(maxsize=8)
+def _read_api(python: str) -> dict:
+    """``mscclpp_api`` for one interpreter, read once per process (an installed API does not change)."""
+    from fp4lab.serving import mscclpp_api
+
+    if python == sys.executable:
+        return mscclpp_api.describe()
+    done = subprocess.run(
+        [python, mscclpp_api.__file__], capture_output=True, text=True, timeout=600
+    )
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
+        error = (done.stderr.strip().splitlines() or [f"exit code {done.returncode}"])[-1]
+        return {"importable": False, "error": error}
+    return json.loads(lines[-1])
 
 
 def unavailable(
@@ -85,8 +110,13 @@ def unavailable(
     machine: probe.Machine | None = None,
     *,
     per_node: int | None = None,
+    python: str | None = None,
 ) -> str | None:
-    """Why ``backend`` cannot run ``world_size`` ranks (``per_node`` of them on this node), or None when it can."""
+    """Why ``backend`` cannot run ``world_size`` ranks (``per_node`` of them on this node), or None when it can.
+
+    For ``mscclpp`` the SGLang in ``python``'s environment (default: fp4lab's SGLang
+    environment) is asked what its MSCCL++ API supports (``fp4lab.serving.mscclpp_api``).
+    """
     machine = machine or probe.machine()
     per_node = world_size if per_node is None else per_node
     if backend == "gloo":
@@ -102,14 +132,7 @@ def unavailable(
     if per_node > machine.gpu_count:
         return f"{per_node} ranks need {per_node} GPUs on this node; it has {machine.gpu_count}"
     if backend == "mscclpp":
-        if not machine.packages.get("sglang"):
-            return "sglang is not installed (MSCCLPP is measured through SGLang's communicator)"
-        if importlib.util.find_spec("mscclpp") is None:
-            return "the mscclpp Python package is not importable"
-        supported = _sglang_mscclpp_world_sizes()
-        if supported is None:
-            return "sglang's PyMscclppCommunicator cannot be imported here"
-        if world_size not in supported:
-            sizes = ", ".join(map(str, supported))
-            return f"SGLang's MSCCLPP communicator supports world sizes {sizes}, not {world_size}"
+        from fp4lab.serving.mscclpp_api import unsupported
+
+        return unsupported(mscclpp_api(python), world_size)
     return None

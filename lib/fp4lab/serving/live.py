@@ -1,0 +1,169 @@
+"""A real SGLang server on this machine's CPU: the tiny local model served by the installed
+``sglang.launch_server --device cpu`` on 127.0.0.1, for the test suite and the CPU benchmark.
+
+``serve_tiny_on_cpu`` builds or reuses the SGLang environment, makes the tiny model (random
+weights, a tokenizer trained here, nothing downloaded), launches the server with a bounded KV
+cache, yields it and stops its whole process group; ``descendants`` lists the processes a
+server started, so a caller can check none outlived it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from fp4lab.core import records
+from fp4lab.serving import bench, client
+from fp4lab.serving.config import ServerConfig
+from fp4lab.serving.server import Server, free_port, launch
+from fp4lab.serving.sglang_env import SGLANG_VERSION, SGLangEnv, ensure_sglang
+from fp4lab.serving.tiny_model import make_tiny_model
+
+MAX_TOTAL_TOKENS = 4096
+"""The KV cache the CPU server reserves, in tokens (SGLang would otherwise reserve gigabytes)."""
+
+
+class EnvironmentUnavailable(RuntimeError):
+    """The SGLang environment could not be built; the message says why."""
+
+
+@dataclass
+class LiveServer:
+    """A running CPU server with the environment it runs from and the model it serves."""
+
+    env: SGLangEnv
+    server: Server
+    model: Path
+
+
+def tiny_model(folder: Path) -> Path:
+    """The tiny model under ``folder``, made once (its config is written last)."""
+    model = Path(folder) / "tiny_model"
+    if not (model / "config.json").exists():
+        make_tiny_model(model)
+    return model
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid`` (children, grandchildren, ...), from /proc."""
+    children: dict[int, list[int]] = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            stat = (entry / "stat").read_text()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2 :].split()
+        if fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return sorted(found)
+
+
+@contextlib.contextmanager
+def serve_tiny_on_cpu(
+    folder: Path,
+    *,
+    version: str = SGLANG_VERSION,
+    ready_timeout_s: float = 600.0,
+    max_total_tokens: int = MAX_TOTAL_TOKENS,
+) -> Iterator[LiveServer]:
+    """The tiny model served on CPU by the real SGLang ``version``; stopped, group and all, on exit."""
+    env = ensure_sglang(version)
+    if not env.ok:
+        raise EnvironmentUnavailable(f"the SGLang {version} environment: {env.error}")
+    model = tiny_model(folder)
+    config = ServerConfig(
+        str(model),
+        port=free_port(),
+        python=env.python,
+        device="cpu",
+        max_total_tokens=max_total_tokens,
+    )
+    with launch(config, Path(folder) / "server_cpu.log", ready_timeout_s) as server:
+        yield LiveServer(env, server, model)
+
+
+def alive(pids: list[int]) -> list[int]:
+    """Those of ``pids`` still running (after a server's teardown: none)."""
+    running = []
+    for pid in pids:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            continue
+        if stat[stat.rindex(")") + 2 :].split()[0] not in ("Z", "X"):
+            running.append(pid)
+    return running
+
+
+@dataclass
+class Smoke:
+    """What one run against the CPU server gave: readiness, single requests, benchmark rows,
+    the fields SGLang's clients wrote, the server's processes and any that outlived it."""
+
+    env: dict
+    ready_after_s: float
+    requests: list[dict]
+    serving: list[dict]
+    one_batch: list[dict]
+    written_fields: dict[str, list[str]] = field(default_factory=dict)
+    resolved: dict = field(default_factory=dict)
+    pids: list[int] = field(default_factory=list)
+    left_behind: list[int] = field(default_factory=list)
+
+
+def _fields(path: Path) -> list[str]:
+    return sorted(json.loads(path.read_text().splitlines()[-1]))
+
+
+def smoke(
+    folder: Path,
+    *,
+    version: str = SGLANG_VERSION,
+    num_prompts: int = 4,
+    input_len: int = 16,
+    output_len: int = 8,
+    recorder: records.Recorder | None = None,
+) -> Smoke:
+    """Serve the tiny model on CPU, send /generate and /v1/completions, run bench_serving and
+    bench_one_batch_server on random token ids, stop the server, and list what outlived it.
+
+    With a ``recorder``: one "request" record per request, the benchmarks' own records, all
+    carrying the environment (version, stand-ins, size) and the seconds to ready."""
+    folder = Path(folder)
+    with serve_tiny_on_cpu(folder, version=version) as running:
+        server = running.server
+        pids = [server.pid, *descendants(server.pid)]
+        requests = [
+            client.generate(server, "The quick brown fox", max_new_tokens=output_len),
+            client.complete(server, "Piecewise CUDA graphs", max_tokens=output_len),
+        ]
+        serving = bench.bench_serving(
+            server, folder / "bench_serving.jsonl", num_prompts=num_prompts, input_len=input_len,
+            output_len=output_len, max_concurrency=2, recorder=recorder, timeout_s=600,
+        )  # fmt: skip
+        one_batch = bench.bench_one_batch(
+            server, folder / "bench_one_batch.jsonl", batch_sizes=(1,), input_len=input_len,
+            output_len=output_len, recorder=recorder, timeout_s=600,
+        )  # fmt: skip
+        resolved = server.resolved()
+    env = running.env.as_record()
+    result = Smoke(
+        env, server.ready_after_s, requests, serving, one_batch,
+        {"bench_serving": _fields(folder / "bench_serving.jsonl"),
+         "bench_one_batch": _fields(folder / "bench_one_batch.jsonl")},
+        resolved, pids, alive(pids),
+    )  # fmt: skip
+    if recorder:
+        common = {**server.config.as_record(), **env, "ready_after_s": server.ready_after_s}
+        recorder.add_all("request", [{**common, **r, "evidence": ["serving"]} for r in requests])
+    return result
