@@ -2,7 +2,8 @@
 
 Prints, and records in data/benchmark_story.jsonl:
   * the seconds to reproduce each of the story's three signatures in one warm process
-    (goal: all three within 20 s together), and the ratio to 3 x 240 s restarts;
+    (goal: all three within 20 s together), and the ratio to 3 x 240 s restarts; with the
+    stages each signature needed (``stages_needed``: the story's patches and the others);
   * with --reproduce, the wall time of `make reproduce` in this checkout (goal: < 3 min warm);
   * with --cold, the wall time of `make reproduce` in a fresh clone with no environment
     (goal: < 10 min; downloads every package again);
@@ -28,8 +29,9 @@ RESTART_S = 240.0  # the story: each try cost a 4-minute server restart
 GOALS = {"three_signatures_s": 20.0, "reproduce_warm_s": 180.0, "reproduce_cold_s": 600.0}
 
 
-def signature_seconds() -> dict[str, float]:
-    """Seconds per story signature: building the segment and tracing it, in this process."""
+def signature_seconds() -> tuple[dict[str, float], dict[str, list[str]]]:
+    """Seconds per story signature (building the segment and tracing it, in this process), and
+    the stages each needed, ``name [origin]``."""
     started = time.perf_counter()
     from fp4lab.compile import segment, stages, target, trace
 
@@ -38,33 +40,32 @@ def signature_seconds() -> dict[str, float]:
     x = segment.tokens_input(shape, 64)
     model = segment.Stack(shape, 1, target.fp4_quantize)
     timed = {"imports_s": import_s}
+    needed: dict[str, list[str]] = {}
 
     def timed_signature(name: str, run) -> None:
         t = time.perf_counter()
-        observed = run()
+        observed, applied = run()
         timed[f"{name}_s"] = time.perf_counter() - t
+        needed[name] = [f"{s['stage']} [{s['origin']}]" for s in applied]
         if observed != name:
             raise RuntimeError(f"upstream behaviour changed: expected {name}, observed {observed}")
 
-    def nvcc() -> str:
-        with target.simulated_target():
-            return trace.attempt(model, x).signature
+    def traced(chosen: list) -> tuple[str, list[dict]]:
+        with stages.applied(chosen) as applied:
+            return trace.attempt(model, x).signature, applied
 
-    def file_io() -> str:
-        return stages.walk_blocker_chain(model, x)[-1]["signature"]
+    def file_io() -> tuple[str, list[dict]]:
+        last = stages.walk_blocker_chain(model, x)[-1]
+        return last["signature"], last["stages_applied"]
 
-    def disabled() -> str:
-        with (
-            target.simulated_target(),
-            stages.patch_cuda_version(),
-            stages.compiler_disabled_fp4_quantize(),
-        ):
-            return trace.attempt(model, x).signature
-
-    timed_signature("subprocess", nvcc)
+    on_target = stages.target_stages(target.STORY_SM)
+    timed_signature("subprocess", lambda: traced(on_target))
     timed_signature("file_io", file_io)
-    timed_signature("compiler_disable_under_fullgraph", disabled)
-    return timed
+    timed_signature(
+        "compiler_disable_under_fullgraph",
+        lambda: traced([*on_target, stages.PATCH_CUDA_VERSION, stages.COMPILER_DISABLED]),
+    )
+    return timed, needed
 
 
 def make_reproduce(checkout: Path) -> float:
@@ -86,7 +87,7 @@ def main() -> None:
     args = parser.parse_args()
     from fp4lab.core import paths, records
 
-    values = signature_seconds()
+    values, needed = signature_seconds()
     three = (
         values["subprocess_s"] + values["file_io_s"] + values["compiler_disable_under_fullgraph_s"]
     )
@@ -109,7 +110,10 @@ def main() -> None:
             values["venv_cold_bytes"] = paths.disk_bytes(clone / "build" / "venv")
     values["venv_bytes"] = paths.disk_bytes(paths.build_dir() / "venv")
     records.append(
-        "benchmark_story", "timing", values, {"reproduce": args.reproduce, "cold": args.cold}
+        "benchmark_story",
+        "timing",
+        {**values, "stages_needed": needed},
+        {"reproduce": args.reproduce, "cold": args.cold},
     )
     print(f"{'measure':38} {'value':>10}  goal")
     for key, value in values.items():
@@ -125,6 +129,8 @@ def main() -> None:
         f"the story's three restarts: {3 * RESTART_S:.0f} s; here: {three:.1f} s "
         f"({values['speedup_vs_restarts']:.0f}x faster)"
     )
+    for name, applied in needed.items():
+        print(f"{name} needed: {', '.join(applied) or 'nothing'}")
 
 
 if __name__ == "__main__":

@@ -11,8 +11,10 @@ import os
 import shutil
 
 import pytest
+import torch
 from papermill.exceptions import PapermillExecutionError
 
+from fp4lab.compile import fix, fix_checks, tradeoff
 from fp4lab.core import catalog, paths, records, runner
 
 pytestmark = pytest.mark.notebook
@@ -68,8 +70,18 @@ def test_01_reproduces_the_nvcc_subprocess_crash(story):
         assert v["blocker_frame"].startswith("flashinfer/jit/cpp_ext.py:")
         assert any(f.startswith("<stdlib>/subprocess.py:") for f in v["frames"])
         assert r["provenance"]["target_sm"] == "12.0"
+        simulated = r["provenance"]["simulated"]
+        assert v["evidence"] == (["trace", "simulated_target"] if simulated else ["trace"])
+        assert not any(s["story_patch"] for s in v["stages_applied"]), "no story patch in 01"
+        assert ("simulated_sm" in [s["stage"] for s in v["stages_applied"]]) == simulated
     with_home = rows[1]["values"]
     assert with_home["cuda_home"] and ":get_cuda_version" in with_home["blocker_frame"]
+    assert with_home["stages_applied"][-1] == {
+        "stage": "cuda_home",
+        "origin": "environment",
+        "story": "",
+        "story_patch": False,
+    }
     assert "check_output" in (story / "executed" / "01_nvcc_subprocess_crash.ipynb").read_text()
 
 
@@ -80,12 +92,28 @@ def test_02_walks_the_chain_to_file_io(story):
     assert "patch_cuda_version" in [s["stage"] for s in steps]
     [verdict] = _values("02_file_io_trace", "verdict")
     assert verdict["signature"] == verdict["expected_signature"] == "file_io"
+    applied = [s["stage"] for s in steps[1:]]
+    assert [s["stage"] for s in verdict["stages_applied"]] == verdict["stages"] == applied
+    assert verdict["story_patches"] == [s["stage"] for s in steps if s["origin"] == "story"]
+    assert verdict["other_patches"] == [s["stage"] for s in steps[1:] if s["origin"] != "story"]
+    registry = [s for s in steps if s["signature"] == "unsupported_other"]
+    assert ("bypassed_jit_registry" in verdict["other_patches"]) == bool(registry), (
+        "the file I/O is reached after the registry only with the registry bypassed, and says so"
+    )
+    assert verdict["evidence"] == steps[-1]["evidence"]
 
 
 def test_03_reproduces_the_compiler_disable_rejection(story):
     [v] = _values("03_compiler_disable_fullgraph")
-    assert v["signature"] == "compiler_disable_under_fullgraph"
-    assert v["message"] == "Skip calling `torch.compiler.disable()`d function"
+    plain = v["plain_function"]
+    assert v["signature"] == plain["signature"] == "compiler_disable_under_fullgraph"
+    assert (v["exception"], v["message"]) == (plain["exception"], plain["message"])
+    assert "flashinfer" not in plain["blocker_frame"] and "crashes.py" in plain["blocker_frame"]
+    assert v["depends_on_flashinfer"] is False
+    assert [s["stage"] for s in v["stages_applied"] if s["story_patch"]] == [
+        "patch_cuda_version",
+        "compiler_disabled_fp4_quantize",
+    ]
 
 
 def test_04_measures_the_tradeoff(story):
@@ -96,31 +124,57 @@ def test_04_measures_the_tradeoff(story):
         variants["compiled_with_breaks"]["graph_calls"] >= 4
         and variants["compiled_with_breaks"]["graph_break_count"] >= 1
     )
-    assert all(v["matches_eager"] for v in variants.values()), "the eager backend runs the same ops"
-    assert all(v["step_median_ms"] > 0 for v in variants.values())
+    cuda = torch.cuda.is_available()
+    fp4 = cuda and fix.fp4_capable(torch.device("cuda"))
+    ran = ["real_fp4_kernel" if fp4 else "reference_kernel"] + (["cuda_graph_replay"] * cuda)
+    eager = variants.pop("eager")
+    assert eager["matches_eager"] is None and eager["evidence"] == ran
+    for v in variants.values():
+        assert v["matches_eager"] is True, f"{v['variant']}: the eager backend runs the same ops"
+        assert v["evidence"] == ["trace", *ran]
+    direct, in_op = (fix.FLASHINFER,) * 2 if fp4 else (fix.REFERENCE_DIRECT, fix.REFERENCE_IN_OP)
+    assert eager["kernel"] == direct == variants["compiled_with_breaks"]["kernel"]
+    assert variants["compiled_fullgraph_custom_op"]["kernel"] == in_op
+    for v in [eager, *variants.values()]:
+        assert v["cuda_graph_capture"] == ("ok" if cuda else tradeoff.NO_CUDA)
+        assert v["step_iters"] == 3 and v["step_p10_ms"] <= v["step_median_ms"] <= v["step_p90_ms"]
+        assert v["step_median_ms"] < 1000, "two layers of 16 tokens at 1/64 of GLM-5's widths"
+    breaks = variants["compiled_with_breaks"]
+    assert breaks["graph_calls_per_layer"] == breaks["graph_calls"] / 2 >= 2
     assert (story / "figures" / "04_fullgraph_tradeoff.png").stat().st_size > 1000
     assert (story / "figures" / "04_fullgraph_tradeoff.json").exists()
 
 
 def test_05_the_fix_compiles_to_one_graph(story):
     by_kind = {r["kind"]: r["values"] for r in records.read("05_custom_op_fix")}
-    assert set(by_kind["opcheck"].values()) >= {"SUCCESS"}
-    fix = by_kind["fix"]
+    opcheck = by_kind["opcheck"]
+    assert opcheck["tests_run"] == list(fix_checks.OPCHECK_TESTS)
+    assert opcheck["tests"] == dict.fromkeys(fix_checks.OPCHECK_TESTS, "SUCCESS")
+    assert opcheck["all_passed"] is True and opcheck["failed"] == []
+    assert opcheck["kernel"] == fix.REFERENCE_IN_OP
+    fixed = by_kind["fix"]
     assert (
-        fix["signature"],
-        fix["graph_count"],
-        fix["graph_break_count"],
-        fix["bit_equal_to_eager"],
-    ) == ("ok", 1, 0, True)
-    assert "upstream_op" in by_kind
+        fixed["signature"],
+        fixed["graph_count"],
+        fixed["graph_break_count"],
+        fixed["bit_equal_to_eager"],
+        fixed["fp4_codes_differing_fraction"],
+    ) == ("ok", 1, 0, True, 0.0)
+    assert (fixed["kernel"], fixed["eager_kernel"]) == (fix.REFERENCE_IN_OP, fix.REFERENCE_DIRECT)
+    assert fixed["compared_with_itself"] is True
+    assert fixed["evidence"] == ["trace", "simulated_target", "reference_kernel"]
+    upstream = by_kind["upstream_op"]
+    if upstream["present"]:
+        assert upstream["kernel"] == fix.REFERENCE_FOR_UPSTREAM
+        assert upstream["compared_with_itself"] is True, "both sides ran fp4lab's reference"
+        assert "reference_kernel" in upstream["evidence"]
 
 
 def test_10_report_decides_from_the_records(story):
     html = (story / "html" / "10_decision_report.html").read_text()
-    assert (
-        "UNBLOCKED with a custom op" in html
-        and "BLOCKED (torch.compile incompatible with FP4 JIT)" in html
-    )
+    fixes = _values("05_custom_op_fix", "fix")
+    assert fixes and all(f["signature"] == "ok" and f["graph_count"] == 1 for f in fixes)
+    assert "UNBLOCKED with a custom op" in html, "the fix records compile: the report says so"
     assert "3/3 story crashes reproduced" in html
     breaks = next(
         v
@@ -187,7 +241,7 @@ def test_10_report_renders_in_headless_chromium(story):
         ("03_compiler_disable_fullgraph", {"ffn": 100}, "ffn=100 must be a multiple of 16"),
         ("04_fullgraph_false_tradeoff", {"scale": 3}, "scale=3 is not allowed"),
         ("05_custom_op_fix", {"tokens": 0}, "tokens=0 must be a positive integer"),
-        ("00_environment", {"notebooks": "42"}, "NOTEBOOKS contains '42'"),
+        ("00_environment", {"notebooks": "42"}, "notebooks contains '42', which is not a notebook"),
         ("10_decision_report", {"show_provenance": "yes"}, "show_provenance='yes' is not allowed"),
     ],
 )

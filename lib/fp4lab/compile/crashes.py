@@ -1,12 +1,16 @@
 """The story's three crashes replayed, recorded and checked (notebooks 01, 02 and 03).
 
 * msg 988 (01): the segment under fullgraph=True stops at FlashInfer's nvcc subprocess.
-* msg 992 (02): with the CUDA-version patch (and the CPU-only stages), at the JIT's file I/O.
+* msg 992 (02): with the CUDA-version patch (and the CPU-only stages, and the JIT registry's
+  first-registration bookkeeping bypassed), at the JIT's file I/O.
 * msgs 1002/1009 (03): with ``fp4_quantize`` behind ``torch.compiler.disable``, at the
-  decoration itself, which fullgraph=True forbids.
+  decoration itself, which fullgraph=True forbids; a plain function without FlashInfer is
+  rejected the same way (measured, ``plain_disabled_attempt``).
 
-Each verdict raises AssertionError ("upstream behaviour changed: ...") when the installed
-versions no longer crash the story's way.
+Every verdict-supporting record names the stages applied before its blocker was reached
+(``stages_applied``: each with its origin and whether it is one of the story's patches) and
+its ``evidence``. Each verdict raises AssertionError ("upstream behaviour changed: ...") when
+the installed versions no longer crash the story's way.
 """
 
 from __future__ import annotations
@@ -14,13 +18,25 @@ from __future__ import annotations
 import os
 from unittest import mock
 
-from fp4lab.compile import stages, target, trace
+import torch
+
+from fp4lab.compile import stages, trace
 from fp4lab.compile.story import Story
-from fp4lab.core import probe
+from fp4lab.core import evidence, probe
 
 NVCC = "subprocess"
 FILE_IO = "file_io"
 COMPILER_DISABLE = "compiler_disable_under_fullgraph"
+
+
+def _trace_evidence(seen: dict) -> list[str]:
+    return evidence.of_run(traced=True, simulated=seen["simulated"], kernel=None)
+
+
+def _cuda_home_stage(cuda_home: str) -> stages.Stage:
+    return stages.Stage(
+        "cuda_home", "environment", "", lambda: mock.patch.dict(os.environ, CUDA_HOME=cuda_home)
+    )
 
 
 def nvcc_attempt(run: Story, *, with_cuda_home: bool = False) -> trace.TraceOutcome:
@@ -30,11 +46,19 @@ def nvcc_attempt(run: Story, *, with_cuda_home: bool = False) -> trace.TraceOutc
     ``nvcc --version`` call itself rather than ``which nvcc`` (the path need not exist).
     """
     cuda_home = run.params["cuda_home"] if with_cuda_home else None
-    environment = {"CUDA_HOME": cuda_home} if cuda_home else {}
-    with target.simulated_target(run.sm) as seen, mock.patch.dict(os.environ, environment):
+    chosen = stages.target_stages(run.sm) + ([_cuda_home_stage(cuda_home)] if cuda_home else [])
+    with stages.applied(chosen) as applied:
+        seen = probe.target()
         outcome = trace.attempt(run.model, run.x, fullgraph=True, backend=run.params["backend"])
         run.rec.add(
-            "attempt", {**outcome.as_record(), "expected_signature": NVCC, "cuda_home": cuda_home}
+            "attempt",
+            {
+                **outcome.as_record(),
+                "expected_signature": NVCC,
+                "cuda_home": cuda_home,
+                "stages_applied": applied,
+                "evidence": _trace_evidence(seen),
+            },
         )
     print(f"target: SM{seen['sm']} ({'simulated' if seen['simulated'] else 'real'})")
     return outcome
@@ -73,8 +97,9 @@ def file_io_chain(run: Story) -> list[dict]:
 def file_io_verdict(run: Story, rows: list[dict]) -> str:
     """Records the walk's "verdict"; the walk ended at the JIT's file I/O, or AssertionError."""
     last = rows[-1]
-    applied = [r["stage"] for r in rows[1:]]
+    applied = last["stages_applied"]
     seconds = sum(r["seconds"] for r in rows)
+    others = [s["stage"] for s in applied if not s["story_patch"]]
     run.rec.add(
         "verdict",
         {
@@ -82,7 +107,11 @@ def file_io_verdict(run: Story, rows: list[dict]) -> str:
             "expected_signature": FILE_IO,
             "message": last["message"],
             "blocker_frame": last["blocker_frame"],
-            "stages": applied,
+            "stages": [s["stage"] for s in applied],
+            "stages_applied": applied,
+            "story_patches": [s["stage"] for s in applied if s["story_patch"]],
+            "other_patches": others,
+            "evidence": last["evidence"],
             "seconds": seconds,
         },
         target=last["target"],
@@ -91,32 +120,72 @@ def file_io_verdict(run: Story, rows: list[dict]) -> str:
         f"upstream behaviour changed: the walk ended at {last['signature']} "
         f"({last.get('note', '')}) at {last['blocker_frame']}, not at the JIT's file I/O"
     )
-    from_story = [r["stage"] for r in rows if r["origin"] == "story"]
+    named = ", ".join(f"{s['stage']} [{s['origin']}]" for s in applied)
     return (
-        f"reached the JIT's file I/O after {len(applied)} patches ({', '.join(applied)}); "
-        f"from the story: {', '.join(from_story)}; total trace time {seconds:.1f} s"
+        f"reached the JIT's file I/O after {len(applied)} patches ({named}); from the story: "
+        f"{', '.join(s['stage'] for s in applied if s['story_patch']) or 'none'}; "
+        f"reached only with these too: {', '.join(others) or 'none'}; "
+        f"total trace time {seconds:.1f} s"
     )
 
 
-def compiler_disabled_attempt(run: Story) -> trace.TraceOutcome:
-    """The story's state plus the msg 1002 decoration, under fullgraph=True; records "attempt"."""
-    with (
-        target.simulated_target(run.sm),
-        stages.patch_cuda_version(),
-        stages.compiler_disabled_fp4_quantize(),
-    ):
+@torch.compiler.disable
+def _opaque(x: torch.Tensor) -> torch.Tensor:
+    return x * 2
+
+
+def _plain_step(x: torch.Tensor) -> torch.Tensor:
+    """No FlashInfer: a tensor op, a call to a torch.compiler.disable'd function, a tensor op."""
+    return _opaque(x + 1) - 1
+
+
+def plain_disabled_attempt(run: Story) -> trace.TraceOutcome:
+    """The control: a plain function calling a ``torch.compiler.disable``'d one, under fullgraph=True."""
+    return trace.attempt(_plain_step, run.x, fullgraph=True, backend=run.params["backend"])
+
+
+def compiler_disabled_attempt(run: Story) -> tuple[trace.TraceOutcome, trace.TraceOutcome]:
+    """The story's state plus the msg 1002 decoration under fullgraph=True, and the control
+    without FlashInfer; records one "attempt" with both and ``depends_on_flashinfer``."""
+    chosen = [*stages.target_stages(run.sm), stages.PATCH_CUDA_VERSION, stages.COMPILER_DISABLED]
+    with stages.applied(chosen) as applied:
+        seen = probe.target()
         outcome = trace.attempt(run.model, run.x, fullgraph=True, backend=run.params["backend"])
-        run.rec.add("attempt", {**outcome.as_record(), "expected_signature": COMPILER_DISABLE})
-    return outcome
+    plain = plain_disabled_attempt(run)
+    run.rec.add(
+        "attempt",
+        {
+            **outcome.as_record(),
+            "expected_signature": COMPILER_DISABLE,
+            "stages_applied": applied,
+            "evidence": _trace_evidence(seen),
+            "plain_function": {
+                "signature": plain.signature,
+                "exception": plain.exception,
+                "message": plain.message,
+                "blocker_frame": str(plain.blocker_frame) if plain.blocker_frame else None,
+                "evidence": evidence.of_run(traced=True, simulated=False, kernel=None),
+            },
+            "depends_on_flashinfer": plain.signature != outcome.signature,
+        },
+        target=seen,
+    )
+    return outcome, plain
 
 
-def compiler_disable_verdict(outcome: trace.TraceOutcome) -> str:
-    """Dynamo rejected the decoration under fullgraph=True, or AssertionError."""
+def compiler_disable_verdict(outcome: trace.TraceOutcome, plain: trace.TraceOutcome) -> str:
+    """Dynamo rejected the decoration under fullgraph=True, with and without FlashInfer, or
+    AssertionError."""
     assert outcome.signature == COMPILER_DISABLE, (
         f"upstream behaviour changed: observed {outcome.signature}: {outcome.message}"
+    )
+    assert plain.signature == COMPILER_DISABLE, (
+        f"torch behaviour changed: a plain torch.compiler.disable'd call gave {plain.signature}"
     )
     hint = outcome.hints[0] if outcome.hints else None
     return (
         f"reproduced: {outcome.exception}: {outcome.message!r} in {outcome.seconds:.2f} s; "
-        f"hint: {hint}"
+        f"hint: {hint}\n"
+        f"without FlashInfer (a plain function, {plain.blocker_frame}): {plain.message!r}; "
+        "the rejection does not depend on FlashInfer"
     )

@@ -4,12 +4,18 @@ Dynamo sees one opaque node with exact output shapes and dtypes, so fullgraph=Tr
 The op's kernel is FlashInfer's on an SM100+ GPU and fp4lab's NVFP4 reference elsewhere.
 FlashInfer 0.6.12+ ships its own ``torch.ops.flashinfer.fp4_quantize`` (PR #3081), CUDA-only;
 ``upstream_op_cpu_kernel`` lends it the reference as CPU kernel for the length of a block.
+
+``observing`` names the kernels that really ran inside a block (each quantize kernel fp4lab
+calls reports itself, with the FP4 codes it produced), so a record says what ran, not what
+should have.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import dataclasses
+from collections import Counter
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import torch
@@ -20,6 +26,63 @@ from fp4lab.fp4 import nvfp4
 
 OP_NAME = "fp4lab::fp4_quantize"
 _state = {"upstream_cpu_kernel": False}
+
+FLASHINFER = "flashinfer"
+"""FlashInfer's FP4 kernel (the one name ``evidence.of_run`` counts as a real FP4 kernel)."""
+REFERENCE_DIRECT = "fp4lab reference (called directly)"
+REFERENCE_IN_OP = f"fp4lab reference (the kernel of {OP_NAME} off SM100+)"
+REFERENCE_FOR_UPSTREAM = "fp4lab reference (CPU kernel registered for flashinfer::fp4_quantize)"
+
+
+@dataclasses.dataclass
+class Observed:
+    """What ran inside an ``observing`` block: calls per quantize kernel, the codes of each call."""
+
+    calls: Counter = dataclasses.field(default_factory=Counter)
+    codes: list[torch.Tensor] = dataclasses.field(default_factory=list)
+
+    @property
+    def kernel(self) -> str | None:
+        """The kernel that ran (several joined by " + "), or None when none ran."""
+        return " + ".join(sorted(self.calls)) or None
+
+
+_observers: list[Observed] = []
+
+
+def _ran(kernel: str, out: tuple[torch.Tensor, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    for seen in _observers:
+        seen.calls[kernel] += 1
+        seen.codes.append(out[0].detach().view(torch.uint8).cpu().clone())
+    return out
+
+
+@contextlib.contextmanager
+def observing() -> Iterator[Observed]:
+    """Collect, for the block, which quantize kernels ran and the codes each call produced."""
+    seen = Observed()
+    _observers.append(seen)
+    try:
+        yield seen
+    finally:
+        _observers.remove(seen)
+
+
+def reporting(kernel: str, quantize: Callable) -> Callable:
+    """``quantize`` reporting each call to ``observing`` blocks as ``kernel``."""
+
+    def reported(x: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        return _ran(kernel, quantize(x, global_scale))
+
+    return reported
+
+
+def same_code(a: str | None, b: str | None) -> bool:
+    """Whether two kernel names are one implementation: FlashInfer's, or fp4lab's reference
+    however it was called."""
+    family = {k: "reference" for k in (REFERENCE_DIRECT, REFERENCE_IN_OP, REFERENCE_FOR_UPSTREAM)}
+    family[FLASHINFER] = FLASHINFER
+    return a in family and b in family and family[a] == family[b]
 
 
 def reference_fp4_quantize(
@@ -44,12 +107,12 @@ def _fp4_quantize_op(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """FlashInfer's kernel where the device runs it; elsewhere (CPU, pre-Blackwell GPUs) the nvfp4 reference."""
     if fp4_capable(x.device):
-        return target.FLASHINFER_FP4_QUANTIZE(x, global_scale, sf_vec_size)
+        return _ran(FLASHINFER, target.FLASHINFER_FP4_QUANTIZE(x, global_scale, sf_vec_size))
     if sf_vec_size != 16:
         raise ValueError(
             f"sf_vec_size={sf_vec_size} is not allowed for the reference kernel; allowed values: 16"
         )
-    return reference_fp4_quantize(x, global_scale)
+    return _ran(REFERENCE_IN_OP, reference_fp4_quantize(x, global_scale))
 
 
 @_fp4_quantize_op.register_fake
@@ -113,7 +176,7 @@ def upstream_op_cpu_kernel() -> Iterator[Any]:
             raise NotImplementedError(
                 "flashinfer::fp4_quantize has a CPU kernel only inside fp4lab's upstream_op_cpu_kernel()"
             )
-        return reference_fp4_quantize(x, global_scale)
+        return _ran(REFERENCE_FOR_UPSTREAM, reference_fp4_quantize(x, global_scale))
 
     if "cpu" not in opdef._backend_fns:
         opdef.register_kernel("cpu")(cpu_kernel)

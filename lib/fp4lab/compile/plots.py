@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp4lab.compile.matrix_result import VersionResult
+from fp4lab.compile.matrix.result import VersionResult
 from fp4lab.core import records
 from fp4lab.report import figures
 
@@ -36,7 +36,7 @@ def plot_tradeoff(rows: list[dict]) -> object:
         )
     first = rows[0]
     ax.set_ylabel("ms per step (median)")
-    ax.set_title(f"{first['layers']} FP4 layers, {first['kernel']} quantize kernel", fontsize=10)
+    ax.set_title(f"{first['layers']} FP4 layers; quantize kernel: {first['kernel']}", fontsize=10)
     ax.margins(y=0.2)
     fig.tight_layout()
     return fig
@@ -98,20 +98,18 @@ def plot_version_matrix(rows: list[dict]) -> object:
                 va="center",
                 fontsize=7,
             )
-        present = r["upstream_op"].get("present") and r["upstream_op"].get("signature") == "ok"
-        ax.add_patch(
-            plt.Rectangle((steps, y), 0.95, 0.9, color="#2ca02c" if present else "#eeeeee")
+        compiles = r["upstream_op"].get("present") and r["upstream_op"].get("signature") == "ok"
+        wrong = compiles and r.get("upstream_op_forwarding") == "present"
+        colour = "#f2c94c" if wrong else "#2ca02c" if compiles else "#eeeeee"
+        label = (
+            "1 graph, wrong args"
+            if wrong
+            else "upstream op: 1 graph"
+            if compiles
+            else ("absent" if r["env"] != "failed" else "not measured")
         )
-        ax.text(
-            steps + 0.47,
-            y + 0.45,
-            "upstream op: 1 graph"
-            if present
-            else ("absent" if r["env"] != "failed" else "not measured"),
-            ha="center",
-            va="center",
-            fontsize=7,
-        )
+        ax.add_patch(plt.Rectangle((steps, y), 0.95, 0.9, color=colour))
+        ax.text(steps + 0.47, y + 0.45, label, ha="center", va="center", fontsize=7)
     ax.set_xlim(0, steps + 1)
     ax.set_ylim(len(rows), 0)
     ax.set_yticks([y + 0.45 for y in range(len(rows))], [r["version"] for r in rows])

@@ -6,6 +6,8 @@ from collections.abc import Iterable
 
 import pandas as pd
 
+from fp4lab.compile.matrix.result import summarize_versions
+
 
 def _as_record(outcome: object) -> dict:
     return outcome.as_record() if hasattr(outcome, "as_record") else dict(outcome)
@@ -56,9 +58,12 @@ def chain_table(rows: Iterable[dict]) -> pd.DataFrame:
     ).set_index("step")
 
 
-def _chain_text(chain: list[dict]) -> str:
-    """``a [cpu_artefact] → b [story] → c``: each blocker with the origin of the stage that removed it."""
-    removed_by = [f" [{after['origin']}]" for after in chain[1:]] + [""]
+def _chain_text(chain: list[dict], stages: dict[str, dict]) -> str:
+    """``a [cpu_artefact; every version measured] → b [story; ...] → c``: each blocker with the
+    origin of the stage that removed it and the versions that stage was needed on."""
+    removed_by = [
+        f" [{after['origin']}; {stages[after['stage']]['scope']}]" for after in chain[1:]
+    ] + [""]
     return " → ".join(here["signature"] + tag for here, tag in zip(chain, removed_by, strict=False))
 
 
@@ -67,8 +72,11 @@ FIX_COLUMNS = (
     "signature",
     "graph_count",
     "graph_break_count",
+    "kernel",
+    "compared_with_itself",
     "bit_equal_to_eager",
     "max_abs_diff_vs_eager",
+    "fp4_codes_differing_fraction",
     "output_rms",
     "seconds",
 )
@@ -96,8 +104,10 @@ def tradeoff_table(rows: list[dict]) -> pd.DataFrame:
 
 
 def version_table(results: list[object]) -> pd.DataFrame:
-    """The version matrix: each FlashInfer version's blockers in order, upstream op, and verdict."""
+    """The version matrix: each FlashInfer version's blockers in order (each patch's origin and
+    the versions it was needed on), the upstream op, what it forwards, and the verdict."""
     rows = [_as_record(r) for r in results]
+    stages = summarize_versions(results)["stages_across_versions"]
 
     def op(found: dict) -> str:
         if not found.get("present", True):
@@ -118,7 +128,9 @@ def version_table(results: list[object]) -> pd.DataFrame:
                 if r["wheel_bytes"]
                 else None,
                 "env GB": round(r["env_bytes"] / 2**30, 2) if r["env_bytes"] else None,
-                "blockers in order [origin of the patch that removed it]": _chain_text(r["chain"]),
+                "blockers in order [origin of the patch that removed it; where needed]": (
+                    _chain_text(r["chain"], stages)
+                ),
                 "story patches needed": ", ".join(r["story_patches_needed"]) or "-",
                 "import on CPU torch": "needed simulated device properties"
                 if r.get("import_staging")
@@ -126,6 +138,10 @@ def version_table(results: list[object]) -> pd.DataFrame:
                 "torch.ops.flashinfer.fp4_quantize": op(r["upstream_op"])
                 if r["env"] != "failed"
                 else "",
+                "upstream op forwards enable_pdl as is_global_scale_inversed": r[
+                    "upstream_op_forwarding"
+                ]
+                or "",
                 "fp4lab custom op": op(r["fp4lab_op"]) if r["env"] != "failed" else "",
                 "verdict": r["verdict"],
                 "story's decision holds": r["story_decision_holds"],

@@ -9,7 +9,10 @@ Three ways to run the same stack of FP4 layers, all computing the same quantizat
   as a torch.library custom op (the fix).
 
 The quantize kernel is FlashInfer's on an SM100+ GPU and fp4lab's reference elsewhere, the
-same kernel in all three variants, so only how dynamo sees the call differs.
+same kernel in all three variants, so only how dynamo sees the call differs; each record names
+the kernel that ran (observed) and its evidence. On a CUDA device every variant is captured into
+a CUDA graph and replayed: a failed capture or replay is recorded as an error with its message
+and fails the verdict; elsewhere it is recorded as skipped ("no CUDA device").
 """
 
 from __future__ import annotations
@@ -20,19 +23,17 @@ import torch
 
 from fp4lab.compile import fix, segment, target, trace
 from fp4lab.compile.story import Story
-from fp4lab.core import timing
+from fp4lab.core import evidence, timing
 
 VARIANTS = ("eager", "compiled_with_breaks", "compiled_fullgraph_custom_op")
-
-
-def kernel_name(device: torch.device) -> str:
-    """Which quantize kernel runs on ``device``."""
-    return "flashinfer" if fix.fp4_capable(device) else "fp4lab-reference"
+NO_CUDA = "skipped: no CUDA device"
 
 
 def base_quantize(device: torch.device) -> segment.Quantize:
-    """The quantize kernel itself, called eagerly."""
-    return target.fp4_quantize if fix.fp4_capable(device) else fix.reference_fp4_quantize
+    """The quantize kernel itself, called directly (and reporting to ``fix.observing``)."""
+    if fix.fp4_capable(device):
+        return fix.reporting(fix.FLASHINFER, target.fp4_quantize)
+    return fix.reporting(fix.REFERENCE_DIRECT, fix.reference_fp4_quantize)
 
 
 def quantize_for(variant: str, device: torch.device) -> segment.Quantize:
@@ -62,7 +63,6 @@ def measure_variant(
     model = segment.Stack(shape, layers, quantize_for(variant, device)).to(device)
     row: dict = {
         "variant": variant,
-        "kernel": kernel_name(device),
         "layers": layers,
         "backend": backend if variant != "eager" else None,
     }
@@ -87,7 +87,9 @@ def measure_variant(
             )
             step = outcome.compiled
         row["graph_calls_per_layer"] = row["graph_calls"] / layers
-        output = step(x)
+        with fix.observing() as seen:
+            output = step(x)
+        row.update(kernel=seen.kernel, kernel_calls=dict(seen.calls))
         row.update(
             {
                 f"step_{k}": v
@@ -97,28 +99,34 @@ def measure_variant(
             }
         )
         if cuda_graphs:
-            try:
-                row.update(
-                    {
-                        f"cuda_graph_{k}": v
-                        for k, v in timing.cuda_graph_replay(
-                            step, x, warmup=warmup, iters=iters
-                        ).items()
-                    }
-                )
-                row["cuda_graph_capture"] = "ok"
-            except Exception as exc:  # record why capture failed; it is a result, not a crash
-                row["cuda_graph_capture"] = (
-                    f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-                )
+            row.update(_cuda_graph(step, x, warmup=warmup, iters=iters))
+        else:
+            row["cuda_graph_capture"] = NO_CUDA
+    row["evidence"] = evidence.of_run(
+        traced=variant != "eager",
+        simulated=False,
+        kernel=seen.kernel,
+        replayed=row["cuda_graph_capture"] == "ok",
+    )
     return row, output
+
+
+def _cuda_graph(step: Callable, x: torch.Tensor, *, warmup: int, iters: int) -> dict:
+    """Capture ``step`` into a CUDA graph and time its replay; a failure is returned as
+    ``cuda_graph_capture: "error: ..."`` with the message, for the verdict to raise."""
+    try:
+        timed = timing.cuda_graph_replay(step, x, warmup=warmup, iters=iters)
+    except Exception as exc:  # recorded first, then the verdict fails the notebook
+        message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        return {"cuda_graph_capture": f"error: {message}", "cuda_graph_error": message}
+    return {"cuda_graph_capture": "ok", **{f"cuda_graph_{k}": v for k, v in timed.items()}}
 
 
 def measure_variants(run: Story) -> list[dict]:
     """Every variant on the run's stack, its output compared with eager's; one "variant" record each.
 
-    CUDA graph capture and replay run where the input is on a CUDA GPU and are marked skipped
-    elsewhere.
+    CUDA graph capture and replay run where the input is on a CUDA device and are recorded as
+    skipped elsewhere. The eager row is the reference: its comparison fields are None.
     """
     p = run.params
     cuda_graphs = run.x.device.type == "cuda"
@@ -135,12 +143,15 @@ def measure_variants(run: Story) -> list[dict]:
             iters=p["iters"],
             cuda_graphs=cuda_graphs,
         )
-        row["matches_eager"] = bool(torch.equal(outputs[variant], outputs["eager"]))
-        row["max_abs_diff_vs_eager"] = float(
-            (outputs[variant].float() - outputs["eager"].float()).abs().max()
+        reference = variant == "eager"
+        row["matches_eager"] = (
+            None if reference else bool(torch.equal(outputs[variant], outputs["eager"]))
         )
-        if not cuda_graphs:
-            row["cuda_graph_capture"] = "skipped: no CUDA GPU"
+        row["max_abs_diff_vs_eager"] = (
+            None
+            if reference
+            else float((outputs[variant].float() - outputs["eager"].float()).abs().max())
+        )
         run.rec.add("variant", row)
         rows.append(row)
     return rows
@@ -156,7 +167,14 @@ def break_reasons(rows: list[dict]) -> list[str]:
 
 
 def tradeoff_verdict(run: Story, rows: list[dict]) -> str:
-    """The custom op gives one graph and fullgraph=False splits every layer, or AssertionError."""
+    """The custom op gives one graph and fullgraph=False splits every layer, or AssertionError;
+    RuntimeError when a CUDA graph capture or replay failed."""
+    failed = [r for r in rows if str(r.get("cuda_graph_capture", "")).startswith("error")]
+    if failed:
+        raise RuntimeError(
+            "CUDA graph capture or replay failed: "
+            + "; ".join(f"{r['variant']}: {r['cuda_graph_error']}" for r in failed)
+        )
     variants = _by_variant(rows)
     breaks, fixed = variants["compiled_with_breaks"], variants["compiled_fullgraph_custom_op"]
     eager_ms, layers = variants["eager"]["step_median_ms"], run.layers
@@ -175,9 +193,14 @@ def tradeoff_verdict(run: Story, rows: list[dict]) -> str:
         f"{fixed['step_median_ms']:.2f} ms = {fixed['step_median_ms'] / eager_ms:.2f}x eager, "
         f"{fixed['step_median_ms'] / breaks['step_median_ms']:.2f}x fullgraph=False",
     ]
-    if run.x.device.type != "cuda":
+    if all(r["cuda_graph_capture"] == "ok" for r in rows):
         lines.append(
-            "CUDA graph capture and replay: SKIPPED (no CUDA GPU here); "
+            "CUDA graph replay: "
+            + ", ".join(f"{r['variant']} {r['cuda_graph_median_ms']:.3f} ms" for r in rows)
+        )
+    else:
+        lines.append(
+            f"CUDA graph capture and replay: SKIPPED ({NO_CUDA.removeprefix('skipped: ')} here); "
             "run this notebook on a GPU for those numbers"
         )
     return "\n".join(lines)

@@ -1,15 +1,7 @@
-"""Is it still blocked? The FP4 trace against a list of FlashInfer versions, each in its own environment.
+"""Notebook 09's calls and the command line: every version's environment built or reused, the
+child run in each, one record per version and the summary.
 
-For every version: an isolated virtual environment (``matrix_env``), reused when present; in
-it, a child process (``matrix_child``) traces the public ``flashinfer.fp4_quantize`` under
-fullgraph=True with the simulated Blackwell target and walks its blocker chain, checks
-whether ``torch.ops.flashinfer.fp4_quantize`` exists and compiles to one graph, and whether
-fp4lab's own custom op does. Each version gets a verdict (``matrix_result``). A version that
-fails to install or trace is recorded as such and the others go on.
-
-    python -m fp4lab.compile.matrix run --versions 0.6.3,0.7.4    # build/reuse envs, trace, print a table
-
-Notebook 09 calls ``prepare``, ``measure_and_record`` and ``matrix_verdict``.
+    python -m fp4lab.compile.matrix run --versions 0.6.3,0.7.4    # build/reuse, trace, print
 """
 
 from __future__ import annotations
@@ -20,37 +12,10 @@ import os
 import sys
 from collections.abc import Callable
 
-from fp4lab.compile.matrix_env import ensure_env, trace_in_env
-from fp4lab.compile.matrix_result import VersionResult, summarize_versions
+from fp4lab.compile.matrix.env import ensure_env, trace_in_env
+from fp4lab.compile.matrix.result import VERDICTS, VersionResult, summarize_versions
+from fp4lab.compile.matrix.versions import DEFAULT_VERSIONS, check_versions
 from fp4lab.core import records
-
-DEFAULT_VERSIONS = ("0.6.3", "0.6.11.post3", "0.6.12", "0.7.4")
-"""The story's era (early 2026), the last release before the upstream op, the first with it (PR #3081), the newest."""
-
-
-def check_versions(versions: list[str] | str) -> list[str]:
-    """Versions as written ("0.6.12"; a list or one comma-separated string), duplicates dropped;
-    a clear error naming ``versions`` for anything that is not a version."""
-    from packaging.version import InvalidVersion, Version
-
-    if isinstance(versions, str):
-        versions = [v.strip() for v in versions.split(",") if v.strip()]
-    if not isinstance(versions, (list, tuple)) or not all(isinstance(v, str) for v in versions):
-        raise ValueError(
-            f"versions={versions!r} must be a comma-separated string or a list of version strings"
-        )
-    if not versions:
-        raise ValueError(
-            "versions is empty; give one or more flashinfer-python versions, e.g. 0.6.12,0.7.4"
-        )
-    for v in versions:
-        try:
-            Version(v)
-        except InvalidVersion:
-            raise ValueError(
-                f"versions contains {v!r}, which is not a version; e.g. 0.6.12 or 0.7.4"
-            ) from None
-    return list(dict.fromkeys(versions))
 
 
 def measure_versions(
@@ -84,10 +49,11 @@ def prepare(versions: list[str] | str) -> records.Recorder:
 
 
 def measure_and_record(rec: records.Recorder) -> list[VersionResult]:
-    """Measure the recorder's versions; records one "version" per version and the "summary"."""
+    """Measure the recorder's versions; records one "version" per version (its provenance holds
+    the packages of that version's environment) and the "summary"."""
     results = measure_versions(rec.params["versions"])
     for r in results:
-        rec.add("version", r.as_record(), target=r.target or None, packages=r.packages)
+        rec.add("version", r.as_record(), target=r.target or None, packages=r.packages or None)
     summary = summarize_versions(results)
     measured = [r for r in results if r.target]
     rec.add(
@@ -100,18 +66,25 @@ def measure_and_record(rec: records.Recorder) -> list[VersionResult]:
 
 
 def matrix_verdict(results: list[VersionResult]) -> str:
-    """Where the story's decision holds and where the upstream op unblocks; AssertionError when
-    no version could be measured."""
+    """The versions of each verdict, where the story's decision holds and where the upstream op
+    unblocks; AssertionError when no version could be measured."""
     summary = summarize_versions(results)
+    assert summary["versions_measured"], "no version could be measured"
     lines = [
+        f"{verdict}: {', '.join(versions) or 'none of the versions measured'}"
+        for verdict, versions in summary["verdict_ranges"].items()
+    ]
+    lines += [
         "the story's decision (blocked unless you write the custom op yourself) holds up to: "
         f"{summary['story_decision_holds_up_to']}",
-        f"the upstream op removes the blocker from: {summary['upstream_op_unblocks_from']}",
+        f"the upstream op removes the blocker, with the right arguments, from: "
+        f"{summary['upstream_op_unblocks_from']}",
     ]
+    undecided = [r for r in results if r.env != "failed" and r.verdict not in VERDICTS]
+    lines += [f"{r.version}: {r.verdict}" for r in undecided]
     if summary["versions_failed"]:
         failed = ", ".join(summary["versions_failed"])
         lines.append(f"not measured (install or trace failed): {failed}")
-    assert summary["versions_measured"], "no version could be measured"
     return "\n".join(lines)
 
 
@@ -134,9 +107,5 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     for r in results:
         chain = " -> ".join(r.blockers) or "-"
-        print(f"{r.version:14} {chain:80} upstream op: {r.upstream_op.get('present')}  {r.verdict}")
+        print(f"{r.version:14} {chain:80} forwarding: {r.forwarding_status}  {r.verdict}")
     return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main())
