@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-from fp4lab.core import paths, records
+from fp4lab.core import evidence, paths, records
 from fp4lab.report.figures import provenance_line
 from fp4lab.report.story import of_kind, story_table
 
@@ -36,45 +36,80 @@ def _not_run(notebook: str, status: dict[str, dict]) -> str:
     )
 
 
+def _fix_state(fixes: list[dict], variants: dict[str, dict], status: dict[str, dict]) -> str:
+    """The piecewise-CUDA-graph status, at the evidence level its records reached."""
+    if not fixes:
+        return "UNDECIDED: " + _not_run("05_custom_op_fix", status)
+    if not all(f["values"]["signature"] == "ok" and f["values"]["graph_count"] == 1 for f in fixes):
+        return "BLOCKED: the custom-op fix did not compile (see notebook 05)"
+    levels = sorted(
+        {lv for r in fixes + list(variants.values()) for lv in r["values"].get("evidence") or []}
+    )
+    prov = fixes[0]["provenance"]
+    how = evidence.describe(levels, prov["device"], prov["target_sm"], prov["simulated"])
+    replayed = "cuda_graph_replay" in levels and "real_fp4_kernel" in levels
+    level = "in a CUDA graph with the real FP4 kernel" if replayed else "at compile level"
+    return f"UNBLOCKED {level} with a custom op: fullgraph=True, 1 graph, 0 breaks ({how})"
+
+
+def _story_evidence() -> str:
+    story = story_table()
+    reproduced = (story["reproduced"] == "yes").sum() if "reproduced" in story else 0
+    text = f"{reproduced}/3 story crashes reproduced at trace time (notebooks 01-03)"
+    verdict = of_kind(records.latest("02_file_io_trace"), "verdict")
+    others = verdict[-1]["values"].get("other_patches") if verdict else None
+    if others:
+        text += f"; the file-I/O crash was reached only after {', '.join(others)} (not the story's)"
+    disable = of_kind(records.latest("03_compiler_disable_fullgraph"), "attempt")
+    if disable and disable[-1]["values"].get("depends_on_flashinfer") is False:
+        text += (
+            "; the compiler.disable rejection needs no FlashInfer (a plain function fails alike)"
+        )
+    return text
+
+
+def _opcheck_evidence() -> str:
+    rows = of_kind(records.latest("05_custom_op_fix"), "opcheck")
+    if not rows:
+        return "opcheck: no record"
+    v = rows[-1]["values"]
+    run, failed = v.get("tests_run") or [], v.get("failed") or []
+    return f"opcheck: {len(run) - len(failed)}/{len(run)} tests pass" + (
+        f" (failed: {', '.join(failed)})" if failed else ""
+    )
+
+
 def _pcg_row(status: dict[str, dict]) -> dict:
     fixes = of_kind(records.latest("05_custom_op_fix"), "fix")
     upstream = of_kind(records.latest("05_custom_op_fix"), "upstream_op")
-    story = story_table()
-    reproduced = (story["reproduced"] == "yes").sum() if "reproduced" in story else 0
-    evidence = [f"{reproduced}/3 story crashes reproduced from FlashInfer's code (notebooks 01-03)"]
-    if fixes and all(
-        f["values"]["signature"] == "ok" and f["values"]["graph_count"] == 1 for f in fixes
-    ):
-        backends = ", ".join(f["values"]["backend"] for f in fixes)
-        state = "UNBLOCKED with a custom op: fullgraph=True, 1 graph, 0 breaks"
-        evidence.append(
-            f"fp4lab::fp4_quantize compiles to 1 graph / 0 breaks ({backends}); opcheck passes"
-        )
-    elif fixes:
-        state = "BLOCKED: the custom-op fix did not compile (see notebook 05)"
-    else:
-        state = "UNDECIDED: " + _not_run("05_custom_op_fix", status)
+    variants = {
+        r["values"]["variant"]: r
+        for r in of_kind(records.latest("04_fullgraph_false_tradeoff"), "variant")
+    }
+    state = _fix_state(fixes, variants, status)
+    notes = [_story_evidence(), _opcheck_evidence()]
+    if fixes:
+        f = fixes[0]["values"]
+        same = " (both sides ran the same kernel)" if f.get("compared_with_itself") else ""
+        notes.append(f"the op ran {f.get('kernel', 'an unrecorded kernel')}{same}")
     if upstream:
         u = upstream[0]["values"]
         fi = upstream[0]["provenance"]["packages"].get("flashinfer-python")
-        evidence.append(
+        notes.append(
             f"torch.ops.flashinfer.fp4_quantize in flashinfer {fi}: {u['signature']}, "
             f"{u.get('graph_count')} graph"
+            + (", compared with itself on this machine" if u.get("compared_with_itself") else "")
             if u.get("present")
             else f"flashinfer {fi} ships no torch.ops.flashinfer.fp4_quantize"
         )
     matrix = of_kind(records.latest("09_version_matrix"), "summary")
     if matrix:
-        m = matrix[-1]["values"]
-        evidence.append(
-            f"version matrix ({', '.join(m['versions_measured'])}): the story's decision holds "
-            f"up to {m['story_decision_holds_up_to'] or 'none of them'}; the upstream op removes "
-            f"the blocker from {m['upstream_op_unblocks_from'] or 'none of them'}"
+        ranges = matrix[-1]["values"].get("verdict_ranges") or {}
+        notes.append(
+            "version matrix: "
+            + "; ".join(f"{verdict}: {', '.join(vs)}" for verdict, vs in ranges.items() if vs)
         )
-    variants = {
-        r["values"]["variant"]: r
-        for r in of_kind(records.latest("04_fullgraph_false_tradeoff"), "variant")
-    }
+    evidence_text = "; ".join(notes)
     if len(variants) == 3:
         eager, breaks, fixed = (
             variants[k]["values"]
@@ -98,7 +133,7 @@ def _pcg_row(status: dict[str, dict]) -> dict:
         "optimization": "Piecewise CUDA graphs (torch.compile fullgraph=True)",
         "story said": "BLOCKED (torch.compile incompatible with FP4 JIT)",
         "status here": state,
-        "evidence": "; ".join(evidence),
+        "evidence": evidence_text,
         "measured effect": measured,
         "needs": "cpu for the crashes and the fix; an SM100+ GPU for CUDA-graph replay timings",
     }

@@ -33,7 +33,8 @@ def _story_line() -> str:
     if "observed" not in table:
         return "- The story's three crashes: not measured at this commit."
     parts = [
-        f"{story} {row['observed']} ({row['seconds']:.2f} s, {row['target']})"
+        f"{story} {row['observed']} ({row['seconds']:.2f} s, {row['target']}; needed first: "
+        f"{row['needed first']}; evidence: {row['evidence']})"
         for story, row in table.iterrows()
     ]
     agree = (table["reproduced"] == "yes").sum()
@@ -48,11 +49,16 @@ def _matrix_line() -> str:
     if not rows:
         return "- Across FlashInfer versions: not measured at this commit."
     v = rows[-1]["values"]
+    ranges = "; ".join(
+        f"{verdict}: {', '.join(versions)}"
+        for verdict, versions in (v.get("verdict_ranges") or {}).items()
+        if versions
+    )
     return (
         f"- Across FlashInfer versions ({', '.join(v['versions_measured'])}; trace on "
-        f"{_where(rows[-1])}): the story's decision holds up to "
+        f"{_where(rows[-1])}): {ranges}. The story's decision holds up to "
         f"{v['story_decision_holds_up_to'] or 'none of them'}; the upstream op removes the "
-        f"blocker from {v['upstream_op_unblocks_from'] or 'none of them'}."
+        f"blocker, with the right arguments, from {v['upstream_op_unblocks_from'] or 'none of them'}."
     )
 
 

@@ -29,6 +29,20 @@ def target_text(prov: dict) -> str:
     return f"SM{prov['target_sm']} ({'simulated' if prov['simulated'] else 'real'})"
 
 
+def needed_text(values: dict) -> str:
+    """What a crash needed before it was reached: the stages applied, the story's own marked."""
+    stages = values.get("stages_applied") or []
+    text = ", ".join(
+        f"{s['stage']} ({'story patch' if s.get('story_patch') else s.get('origin')})"
+        for s in stages
+    )
+    if values.get("depends_on_flashinfer") is False:
+        text += (
+            "; " if text else ""
+        ) + "FlashInfer not needed: a plain function fails the same way"
+    return text or "nothing"
+
+
 def story_table() -> pd.DataFrame:
     """Each crash of the story: what it said, what this run observed, and whether they agree."""
     table = []
@@ -58,6 +72,8 @@ def story_table() -> pd.DataFrame:
                 "blocked in": v.get("blocker_frame"),
                 "seconds": round(v["seconds"], 2),
                 "target": target_text(r["provenance"]),
+                "needed first": needed_text(v),
+                "evidence": ", ".join(v.get("evidence") or []) or "not recorded",
             }
         )
     return pd.DataFrame(table).set_index("story")
