@@ -30,16 +30,19 @@ STORY_SM = (12, 0)
 _MISSING = object()
 
 
-def _import_flashinfer() -> tuple[types.ModuleType, str | None]:
+def _import_flashinfer() -> tuple[types.ModuleType | None, str | None]:
     """Import FlashInfer; where it queries GPU 0 at import time and torch has none (a CPU-only
     artefact of some versions, e.g. 0.6.11), retry with simulated device properties.
 
-    Returns the module and a note of that staging (None when the plain import worked).
+    Returns the module (None where FlashInfer is not installed: the story's call site then
+    raises, everything else runs) and a note of that staging (None when the plain import worked).
     """
     try:
         import flashinfer
 
         return flashinfer, None
+    except ImportError as exc:
+        return None, f"flashinfer is not installed: {exc}"
     except (AssertionError, RuntimeError) as exc:
         if torch.cuda.is_available():
             raise
@@ -62,12 +65,14 @@ def _import_flashinfer() -> tuple[types.ModuleType, str | None]:
 
 
 flashinfer, IMPORT_STAGING = _import_flashinfer()
-FLASHINFER_FP4_QUANTIZE = flashinfer.fp4_quantize
+FLASHINFER_FP4_QUANTIZE = flashinfer.fp4_quantize if flashinfer else None
 """``flashinfer.fp4_quantize`` as the installed version ships it, before any patch."""
 
 
 def fp4_quantize(x: torch.Tensor, global_scale: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """The story's call site: ``flashinfer.fp4_quantize(x, global_scale)``, looked up at call time."""
+    if flashinfer is None:
+        raise RuntimeError(f"the story's call site needs FlashInfer; {IMPORT_STAGING}")
     return flashinfer.fp4_quantize(x, global_scale)
 
 
