@@ -3,8 +3,8 @@
 from __future__ import annotations
 
 import re
-
 import tomllib
+
 from packaging.requirements import Requirement
 
 from fp4lab.core import paths

@@ -70,7 +70,7 @@ def provenance(target: dict | None = None, packages: dict | None = None) -> dict
         "target_sm": target["sm"],
         "simulated": target["simulated"],
         "git": git_state(),
-        "time_utc": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "time_utc": dt.datetime.now(dt.UTC).isoformat(timespec="seconds"),
         "run_id": RUN_ID,
     }
 
