@@ -1,14 +1,19 @@
 """NVFP4/MXFP4 quantize throughput against the memory-copy line, measured in one run.
 
 Prints a table (GB/s of input, ratio to copy bandwidth, peak memory) and appends one record
-per row to data/nvfp4_throughput.jsonl. Goals: on a CPU the torch.compile'd quantize at 25%
+per row to data/nvfp4_throughput.jsonl. Goals: on a CPU the public ``nvfp4.quantize`` at 25%
 or more of copy bandwidth; on a GPU (H200) a fused kernel at 70% or more of device-to-device
 copy bandwidth and at least FlashInfer's speed where both run. Kernels that cannot run here
 are printed and recorded as skipped, with the reason.
 
+Then the public call as users call it, ``nvfp4.quantize(x)`` on a float32 --goal-shape, against
+a preallocated ``copy_`` of x and torchao's compiled ``nvfp4_quantize``, one call of each per
+round (--goal-rounds): the two ratios are printed (goals: >= 25% of copy, >= 1.0x torchao).
+
     build/venv/bin/python benchmarks/nvfp4_throughput.py [--shapes 1024x1024,8192x8192]
         [--device auto|cpu|cuda] [--dtype bfloat16|float16|float32] [--formats nvfp4,mxfp4]
-        [--iters 10] [--warmup 3 (0 or more)] [--threads N]
+        [--iters 10] [--warmup 3 (0 or more)] [--threads N] [--goal-shape 4096x4096]
+        [--goal-rounds 9]
 
 CPU numbers move with whatever else runs on the machine: each record carries the load
 average seen when the run started, and --threads 1 keeps OpenMP from waiting on a busy core.
@@ -34,16 +39,16 @@ FORMATS = {"nvfp4": 16, "mxfp4": 32}
 DEFAULT_SHAPES = "1024x1024,2048x2048,4096x4096"
 
 
-def parse_shapes(text: str) -> list[tuple[int, int]]:
+def parse_shapes(text: str, name: str = "--shapes") -> list[tuple[int, int]]:
     """``MxK,MxK`` -> [(M, K), ...], each checked as notebook 06 checks its shapes."""
     pairs = []
     for item in text.split(","):
         try:
             m, k = (int(v) for v in item.lower().split("x"))
         except ValueError:
-            raise ValueError(f"--shapes item {item!r} is not MxK (e.g. 1024x1024)") from None
+            raise ValueError(f"{name} item {item!r} is not MxK (e.g. 1024x1024)") from None
         pairs.append([m, k])
-    return harness.check_shapes("--shapes", pairs)
+    return harness.check_shapes(name, pairs)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -59,6 +64,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--iters", type=int, default=10)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument(
+        "--goal-shape", default="4096x4096", help="MxK of the public call's goal check"
+    )
+    parser.add_argument("--goal-rounds", type=int, default=9)
+    parser.add_argument(
         "--threads",
         type=int,
         default=torch.get_num_threads(),
@@ -67,6 +76,11 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         shapes = parse_shapes(args.shapes)
+        goal_shapes = parse_shapes(args.goal_shape, "--goal-shape")
+        if len(goal_shapes) != 1:
+            raise ValueError(f"--goal-shape={args.goal_shape!r} must be one MxK")
+        [goal_shape] = goal_shapes
+        params.positive("--goal-rounds", args.goal_rounds)
         device = params.device("--device", args.device)
         params.choice("--dtype", args.dtype, tuple(throughput.DTYPES))
         formats = args.formats.split(",")
@@ -86,6 +100,8 @@ def main(argv: list[str] | None = None) -> int:
         "iters": args.iters,
         "warmup": args.warmup,
         "threads": args.threads,
+        "goal_shape": list(goal_shape),
+        "goal_rounds": args.goal_rounds,
         "load_average_1min": os.getloadavg()[0],
     }
     rows, skipped = throughput.quantize_vs_copy(
@@ -120,7 +136,33 @@ def main(argv: list[str] | None = None) -> int:
             f"goal: {goal['kernel']} at >= {goal['goal_ratio']:.0%} of copy bandwidth: {verdict}"
             f" (worst {worst:.0%} at {m}x{k})"
         )
+    public = throughput.public_goal(goal_shape, device=device, rounds=args.goal_rounds)
+    rec.add("public_goal", public)
+    print(public_goal_lines(public))
     return 0
+
+
+def public_goal_lines(r: dict) -> str:
+    """The public call's two ratios, each against its goal, and what they were measured under."""
+    ms = r["median_ms"]
+    met = lambda ok: "met" if ok else "NOT met"  # noqa: E731
+    lines = [
+        f"public nvfp4.quantize(x), {r['M']}x{r['K']} {r['dtype']} on {r['device']}"
+        f" (ran: {r['ran']}; {r['threads']} threads, load {r['load_average_before']:.1f}"
+        f" -> {r['load_average_after']:.1f}; medians of {r['rounds']} rounds):"
+        f" {ms['public']:.1f} ms, copy_ {ms['copy_']:.1f} ms",
+        f"  ratio to copy_: {r['ratio_to_copy']:.2f} (goal >= {r['copy_goal']:.2f}:"
+        f" {met(r['meets_copy_goal'])})",
+    ]
+    if "speed_vs_torchao" in r:
+        lines.append(
+            f"  speed vs torchao compiled nvfp4_quantize ({ms['torchao_compiled']:.1f} ms):"
+            f" {r['speed_vs_torchao']:.2f}x (goal >= {throughput.TORCHAO_GOAL:.1f}x:"
+            f" {met(r['meets_torchao_goal'])})"
+        )
+    else:
+        lines.append(f"  torchao: skipped ({r['torchao_skipped']})")
+    return "\n".join(lines)
 
 
 if __name__ == "__main__":

@@ -90,7 +90,7 @@ def reference_fp4_quantize(
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """fp4lab.fp4.nvfp4's quantize in FlashInfer's output layout: codes [M, K/2], swizzled scales [M↑128, S↑4] uint8."""
     m, k = x.shape
-    codes, scales, _ = nvfp4.quantize(
+    codes, scales, _ = nvfp4.reference_quantize(
         x, global_scale if global_scale is not None else 1.0, swizzle=True
     )
     return codes, scales.view(torch.uint8).reshape(nvfp4.swizzled_shape(m, k // 16))

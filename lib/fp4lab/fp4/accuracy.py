@@ -16,6 +16,8 @@ from fp4lab.fp4 import nvfp4
 
 DISTRIBUTIONS = ("normal", "student_t", "outlier_channels")
 FORMATS = ("nvfp4", "mxfp4", "fp8_e4m3_per_tensor")
+KERNELS = {"nvfp4": "reference", "mxfp4": "reference", "fp8_e4m3_per_tensor": "torch_fp8_cast"}
+"""What round-trips each format: fp4lab's reference, or torch's float8_e4m3fn cast."""
 OUTLIER_FRACTION, OUTLIER_GAIN, STUDENT_T_DF = 0.01, 50.0, 3.0
 CPU = torch.device("cpu")
 
@@ -57,12 +59,12 @@ def fp8_per_tensor(x: torch.Tensor) -> torch.Tensor:
 
 
 def roundtrip(x: torch.Tensor, fmt: str) -> torch.Tensor:
-    """x quantized to ``fmt`` (one of FORMATS) and dequantized, float32."""
+    """x quantized to ``fmt`` (one of FORMATS; FP4 by the reference) and dequantized, float32."""
     params.choice("format", fmt, FORMATS)
     if fmt == "fp8_e4m3_per_tensor":
         return fp8_per_tensor(x)
     block_size = nvfp4.NVFP4_BLOCK if fmt == "nvfp4" else nvfp4.MXFP4_BLOCK
-    codes, scales, gs = nvfp4.quantize(x, block_size=block_size)
+    codes, scales, gs = nvfp4.reference_quantize(x, block_size=block_size)
     return nvfp4.dequantize(codes, scales, gs, block_size=block_size)
 
 
@@ -99,6 +101,7 @@ def error_rows(
                         "K": k,
                         "distribution": distribution,
                         "format": fmt,
+                        "kernel": KERNELS[fmt],
                         **metrics(x, roundtrip(x, fmt)),
                     }
                 )

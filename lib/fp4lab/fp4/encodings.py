@@ -7,6 +7,8 @@ Each encode is the conversion FlashInfer's kernel uses (``cvt.rn.satfinite.e2m1x
 
 from __future__ import annotations
 
+import functools
+
 import torch
 
 E2M1_VALUES = (
@@ -57,9 +59,15 @@ def e2m1_encode(v: torch.Tensor) -> torch.Tensor:
     return torch.where(v != v, torch.full_like(code, E2M1_CODE_FOR_NAN), code).to(torch.uint8)
 
 
+@functools.cache
+def _e2m1_table(device: torch.device) -> torch.Tensor:
+    """E2M1_VALUES on ``device``, copied from the host once per device."""
+    return torch.tensor(E2M1_VALUES, dtype=torch.float32, device=device)
+
+
 def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
     """Float32 values of 4-bit codes (uint8 holding 0..15)."""
-    return torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)[codes.long()]
+    return _e2m1_table(codes.device)[codes.long()]
 
 
 def e4m3_encode(v: torch.Tensor) -> torch.Tensor:

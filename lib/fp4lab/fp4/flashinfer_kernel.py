@@ -22,7 +22,7 @@ import torch
 
 from fp4lab.core import probe
 from fp4lab.fp4 import encodings, kernels, nvfp4, reciprocals
-from fp4lab.fp4.swizzle import swizzled_shape
+from fp4lab.fp4.swizzle import swizzle_128x4, swizzled_shape
 
 POISON = 0xA5
 """Byte the allocator's free blocks hold before a probed call: surviving it means "never written"."""
@@ -105,9 +105,13 @@ def compare_bytes(
             "expected_sf_numel": ref_sf.numel(),
         }
     code_diff = encodings.unpack_e2m1(codes) != encodings.unpack_e2m1(ref_codes)
-    movable, _ = reciprocals.reciprocal_sensitive(
+    movable, scale_movable = reciprocals.reciprocal_sensitive(
         x.cpu(), None if block_size == 32 else gs.cpu(), block_size=block_size
     )
+    if swizzle:  # the mask in the scales' layout (pads can never move)
+        scale_movable = swizzle_128x4(scale_movable.to(torch.uint8)).bool()
+    scale_diff = sf != ref_sf
+    scale_movable = scale_movable.reshape(-1)
     return {
         "shape_ok": True,
         "codes_equal": bool(torch.equal(codes, ref_codes)),
@@ -115,7 +119,8 @@ def compare_bytes(
         "code_mismatches": int(code_diff.sum()),
         "code_mismatches_rcp_movable": int((code_diff & movable).sum()),
         "code_mismatches_unexplained": int((code_diff & ~movable).sum()),
-        "scale_mismatches": int((sf != ref_sf).sum()),
+        "scale_mismatches": int(scale_diff.sum()),
+        "scale_mismatches_unexplained": int((scale_diff & ~scale_movable).sum()),
         "elements": code_diff.numel(),
     }
 
@@ -217,22 +222,24 @@ def _triton_approx_rcp_bytes(
 
 def bit_exact(x: torch.Tensor, global_scale: torch.Tensor, *, block_size: int = 16) -> dict:
     """FlashInfer (direct and custom op) and fp4lab's Triton kernel (rcp.approx) against the
-    reference, on an FP4 GPU."""
+    reference, on an FP4 GPU. A kernel that raises says so (``ran`` False, ``error``); Triton
+    is left out, with the reason, where it cannot run."""
     if x.device.type != "cuda" or torch.cuda.get_device_capability(x.device) < probe.FP4_MIN_SM:
         return {
             "status": "not testable here",
             "reason": probe.machine().missing("fp4-gpu") or "x is not on an SM100+ GPU",
         }
+    version = probe.package_version("flashinfer-python")
+    if version is None:
+        return {"status": "not testable here", "reason": "flashinfer-python is not installed"}
     gs = None if block_size == 32 else global_scale
-    record: dict[str, Any] = {
-        "status": "ran",
-        "block_size": block_size,
-        "flashinfer": probe.package_version("flashinfer-python"),
-    }
-    calls = {
-        "flashinfer_direct": lambda: flashinfer_quantize(x, gs, block_size=block_size),
-        "triton_approx_rcp": lambda: _triton_approx_rcp_bytes(x, gs, block_size),
-    }
+    record: dict[str, Any] = {"status": "ran", "block_size": block_size, "flashinfer": version}
+    calls = {"flashinfer_direct": lambda: flashinfer_quantize(x, gs, block_size=block_size)}
+    triton_missing = kernels.triton_available()
+    if triton_missing:
+        record["triton_approx_rcp"] = {"ran": False, "skipped": triton_missing}
+    else:
+        calls["triton_approx_rcp"] = lambda: _triton_approx_rcp_bytes(x, gs, block_size)
     if custom_op_definition() is not None:
         calls["flashinfer_custom_op"] = lambda: flashinfer_quantize(
             x, gs, block_size=block_size, via="custom_op"

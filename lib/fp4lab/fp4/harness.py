@@ -2,8 +2,8 @@
 
 Each section appends its records through the run's Recorder, draws and saves its figure, and
 returns what its cell shows. ``verdict`` records the run's summary for the decision report
-(``fp4lab.fp4.summary``), then raises AssertionError where upstream behaviour changed
-(``fp4lab.fp4.verdict``).
+(``fp4lab.fp4.summary``), then raises AssertionError where a check raised or upstream behaviour
+changed (``fp4lab.fp4.verdict``).
 """
 
 from __future__ import annotations
@@ -13,13 +13,11 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from fp4lab.core import params, probe, records
+from fp4lab.core import evidence, params, records
 from fp4lab.fp4 import (
     accuracy,
     crosscheck,
     edge_cases,
-    flashinfer_kernel,
-    forwarding_bug,
     nvfp4,
     plots,
     reciprocals,
@@ -27,10 +25,13 @@ from fp4lab.fp4 import (
     swizzle,
     throughput,
 )
+from fp4lab.fp4 import gpu_checks as gpu
 from fp4lab.fp4 import verdict as verdict_checks
 from fp4lab.report import figures
 
 NOTEBOOK = "06_nvfp4_kernels"
+REFERENCE = {"kernel": "reference", "evidence": evidence.check(["reference_kernel"])}
+"""What the reference's records say ran: fp4lab's spec-exact reference, in place of an FP4 kernel."""
 CROSSCHECK_COLUMNS = [
     "input",
     "peer",
@@ -53,6 +54,7 @@ SPEED_COLUMNS = [
     "M",
     "K",
     "kernel",
+    "ran",
     "median_ms",
     "gbps",
     "copy_gbps",
@@ -152,7 +154,9 @@ def _save(fig: object, name: str) -> None:
 def error_analysis(run: Run) -> pd.DataFrame:
     """Round-trip error of each format on each distribution: records, figure 06_fp4_error, table."""
     rows = accuracy.error_rows(run.shapes, run.distributions, seed=run.seed, device=run.device)
-    run.recorder.add_all("error", rows)
+    run.recorder.add_all(
+        "quantization_error", [{**r, "evidence": REFERENCE["evidence"]} for r in rows]
+    )
     _save(plots.plot_fp4_errors(rows), "06_fp4_error")
     table = pd.DataFrame(rows).pivot_table(
         index=["distribution", "format"], values=["snr_db", "mse", "max_abs_error"]
@@ -163,7 +167,7 @@ def error_analysis(run: Run) -> pd.DataFrame:
 def swizzle_layout(run: Run) -> dict:
     """Figure 06_swizzle_128x4, and the swizzle checked against its formula and torch's to_blocked."""
     _save(plots.plot_swizzle_128x4(256, 8), "06_swizzle_128x4")
-    check = swizzle.check_against_peers(300, 13, seed=run.seed)
+    check = {**swizzle.check_against_peers(300, 13, seed=run.seed), **REFERENCE}
     run.recorder.add("swizzle", check)
     return check
 
@@ -182,7 +186,7 @@ def _reference_inputs(run: Run) -> dict[str, torch.Tensor]:
 def peer_crosschecks(run: Run) -> pd.DataFrame:
     """The reference against torchao's NVFP4 and torch's MXFP4 on every input, differences by cause."""
     rows = [
-        {"input": name, **comparison.as_record()}
+        {"input": name, **comparison.as_record(), **REFERENCE}
         for name, x in _reference_inputs(run).items()
         for comparison in (crosscheck.compare_torchao_nvfp4(x), crosscheck.compare_torch_mxfp4(x))
     ]
@@ -192,50 +196,21 @@ def peer_crosschecks(run: Run) -> pd.DataFrame:
 def reciprocal_sensitivity(run: Run) -> pd.DataFrame:
     """How many codes and scales the kernel's rcp.approx could move, per input and block size."""
     rows = [
-        {"input": name, **reciprocals.reciprocal_sensitivity(x, block_size=block_size)}
+        {"input": name, **reciprocals.reciprocal_sensitivity(x, block_size=block_size), **REFERENCE}
         for name, x in _reference_inputs(run).items()
         for block_size in (nvfp4.NVFP4_BLOCK, nvfp4.MXFP4_BLOCK)
     ]
     return pd.DataFrame(run.recorder.add_all("reciprocal_sensitivity", rows))[SENSITIVITY_COLUMNS]
 
 
-def _flashinfer_on_gpu(run: Run) -> None:
-    """Bit-exactness on an FP4 GPU, the Hopper probe below SM100; each recorded or skipped."""
-    x = edge_cases.kernel_check_input(run.seed).to(run.device)
-    gs = nvfp4.global_scale_for(x).reshape(1)
-    for block_size in (nvfp4.NVFP4_BLOCK, nvfp4.MXFP4_BLOCK):
-        result = flashinfer_kernel.bit_exact(x, gs, block_size=block_size)
-        if result["status"] == "ran":
-            run.recorder.add("flashinfer_bit_exact", result)
-            print(result)
-        else:
-            run.recorder.skip(f"flashinfer_bit_exact_bs{block_size}", result["reason"])
-    if torch.cuda.get_device_capability(run.device) < probe.FP4_MIN_SM:
-        hopper = flashinfer_kernel.hopper_probe(x, gs)
-        run.recorder.add("flashinfer_hopper", hopper)
-        print(hopper)
-    else:
-        run.recorder.skip(
-            "flashinfer_hopper", "this GPU is SM100+: FlashInfer's FP4 kernel runs here"
-        )
-
-
-def gpu_checks(run: Run) -> dict:
-    """FlashInfer's kernel where a GPU is (skipped with the reason elsewhere); the forwarding bug."""
+def gpu_checks(run: Run) -> dict | None:
+    """The GPU checks where a GPU is (each skipped with the reason elsewhere, an error where it
+    raised; see ``fp4lab.fp4.gpu_checks``) and the forwarding bug; returns the bug's record."""
     if run.device.type == "cuda":
-        _flashinfer_on_gpu(run)
+        gpu.run_on_cuda(run.recorder, run.device, run.seed)
     else:
-        run.recorder.skip(
-            "flashinfer_bit_exact", "no CUDA GPU: FlashInfer's FP4 kernel needs an SM100+ GPU"
-        )
-        run.recorder.skip(
-            "flashinfer_hopper", "no CUDA GPU: the Hopper probe needs a GPU below SM100"
-        )
-    forwarding = forwarding_bug.detect(run.device)
-    run.recorder.add("forwarding_bug", forwarding)
-    if forwarding["numerical"]["status"] == "not testable here":
-        run.recorder.skip("forwarding_bug_numerical", forwarding["numerical"]["reason"])
-    return forwarding
+        gpu.skip_without_cuda(run.recorder)
+    return gpu.forwarding(run.recorder, run.device)
 
 
 def quantize_throughput(run: Run) -> pd.DataFrame:

@@ -1,4 +1,4 @@
-"""Fast FP4 quantize kernels beside the reference: a fused Triton kernel and torch.compile of the reference.
+"""Fast FP4 quantize kernels beside the reference: a fused Triton kernel and a compiled torch formulation.
 
 ``fp4lab.fp4.nvfp4`` stays the spec; everything here must give its bytes. The Triton kernel reads
 x once and writes packed codes and scales (linear, or the 128x4 swizzled layout with zero
@@ -10,6 +10,13 @@ Reciprocals: on a GPU the kernel can use ``rcp.approx.ftz.f32`` exactly as Flash
 (``approx_rcp=True``, inline PTX), so the two should agree bit for bit; with correctly rounded
 division (``approx_rcp=False``, the only choice under TRITON_INTERPRET=1) it agrees with the
 reference bit for bit. Triton is imported lazily: the module loads without it.
+
+``compiled_quantize`` is torch.compile of ``fused_quantize_bytes``, the reference's arithmetic
+rearranged for inductor's CPU code: E4M3 by bit operations (the fp8 cast compiles to a scalar
+software conversion, the larger part of the time), the element scales returned so they are
+computed once per block in a vector loop, the global max taken from the block maxima (one read
+of x fewer), and codes packed eight to a 64-bit word. ``public_kernel`` picks what
+``nvfp4.quantize`` runs.
 """
 
 from __future__ import annotations
@@ -18,9 +25,20 @@ import functools
 from typing import Any
 
 import torch
+from torch.utils._python_dispatch import _get_current_dispatch_mode
 
 from fp4lab.fp4 import nvfp4
+from fp4lab.fp4.encodings import (
+    E2M1_MAX,
+    E4M3_MAX,
+    E4M3_NAN,
+    E8M0_MAX_FINITE,
+    e2m1_encode,
+    e8m0_encode_round_up,
+)
 from fp4lab.fp4.swizzle import swizzle_128x4, swizzled_shape
+
+E4M3_MIN_NORMAL = 2.0**-6
 
 
 def triton_available() -> str | None:
@@ -93,12 +111,83 @@ def triton_quantize(
 
 
 RECOMPILE_LIMIT = 64
-"""Graphs kept per process: one per (shape, dtype, block_size, swizzle) met (shapes are static)."""
+"""Graphs kept per process: one per (dtype, block_size, global scale given or not) and K met
+first; a later M (or K) recompiles once with that dimension dynamic."""
+FAST_PATH_MIN_ELEMENTS = 1 << 20
+"""Below this many elements the public call stays eager on a CPU: a first compile (seconds) would
+cost more than thousands of eager calls of that size."""
+
+
+def e4m3_by_bits(v: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """``cvt.rn.satfinite.e4m3`` of float32 values by integer bit operations: (the E4M3 value as
+    float32, its byte as uint8). The same rounding as ``encodings.e4m3_encode``: ties to even,
+    +-448 saturation, NaN 0x7F."""
+    negative = v.view(torch.int32) < 0
+    a = v.abs().clamp(max=E4M3_MAX)
+    bits = a.view(torch.int32)
+    normal = ((bits + 0x7FFFF + ((bits >> 20) & 1)) & -(1 << 20)).view(torch.float32)
+    subnormal = (a + 16384.0) - 16384.0  # float32 spacing at 2**14 is 2**-9, E4M3's subnormal step
+    value = torch.where(a >= E4M3_MIN_NORMAL, normal, subnormal)
+    vbits = value.view(torch.int32)
+    byte = torch.where(
+        value >= E4M3_MIN_NORMAL,
+        (((vbits >> 23) - 120) << 3) | ((vbits >> 20) & 7),
+        (value * 512.0).to(torch.int32),
+    )
+    nan = v != v
+    byte = torch.where(nan, E4M3_NAN, byte | (negative.to(torch.int32) << 7))
+    value = torch.where(nan, v, torch.where(negative, -value, value))
+    return value, byte.to(torch.uint8)
+
+
+def pack_e2m1_words(codes: torch.Tensor) -> torch.Tensor:
+    """encodings.pack_e2m1 for K a multiple of 8, eight codes to a 64-bit word (vectorizes on a CPU)."""
+    words = codes.contiguous().view(torch.int64)
+    packed = words & 0xF
+    for i in range(1, 8):
+        packed = packed | ((words >> (4 * i)) & (0xF << (4 * i)))
+    return packed.to(torch.int32).view(torch.uint8).view(codes.shape[0], -1)
+
+
+def fused_quantize_bytes(
+    x: torch.Tensor, global_scale: torch.Tensor | None, block_size: int
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
+    """nvfp4.quantize_bytes (linear scales) arranged for torch.compile; also returns the element
+    scales, an output so inductor computes them once per block instead of inlining them."""
+    m, k = x.shape
+    blocks = x.float().view(m, k // block_size, block_size)
+    vec_max = nvfp4.block_amax(blocks)
+    six = nvfp4.reciprocal(torch.full((), E2M1_MAX, dtype=torch.float32, device=x.device))
+    if block_size == nvfp4.MXFP4_BLOCK:
+        sf_byte = e8m0_encode_round_up(vec_max * six)
+        usable = (sf_byte != 0) & (sf_byte < E8M0_MAX_FINITE)
+        scale = torch.where(usable, torch.exp2(127.0 - sf_byte.float()), 0.0)
+        gs = None
+    else:
+        gs = global_scale
+        if gs is None:  # the largest finite |x| per block (in the block max's loop), then of those
+            mag = blocks.abs()
+            finite = torch.where(mag < float("inf"), mag, 0.0).amax(-1)
+            gs = nvfp4.global_scale_from_amax(finite.amax())
+        sf, sf_byte = e4m3_by_bits(gs * (vec_max * six))
+        scale = torch.where(sf_byte != 0, nvfp4.reciprocal(sf * nvfp4.reciprocal(gs)), 0.0)
+    codes = e2m1_encode(blocks * scale.unsqueeze(-1)).view(m, k)
+    return pack_e2m1_words(codes), sf_byte, gs, scale
+
+
+def _nvfp4_bytes(x: torch.Tensor, global_scale: torch.Tensor | None) -> tuple:
+    return fused_quantize_bytes(x, global_scale, nvfp4.NVFP4_BLOCK)
+
+
+def _mxfp4_bytes(x: torch.Tensor, global_scale: None) -> tuple:
+    return fused_quantize_bytes(x, global_scale, nvfp4.MXFP4_BLOCK)
 
 
 @functools.cache
-def _compiled_quantize_bytes() -> Any:
-    return torch.compile(nvfp4.quantize_bytes, dynamic=False)
+def _compiled(block_size: int) -> Any:
+    """One compiled function per format: its own graphs, and block_size a constant in them."""
+    fn = _mxfp4_bytes if block_size == nvfp4.MXFP4_BLOCK else _nvfp4_bytes
+    return torch.compile(fn)
 
 
 def compiled_quantize(
@@ -108,16 +197,42 @@ def compiled_quantize(
     block_size: int = nvfp4.NVFP4_BLOCK,
     swizzle: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """nvfp4.quantize through ``torch.compile``: static shapes (float constants stay float32 constants).
+    """nvfp4.quantize's contract through ``torch.compile`` of fused_quantize_bytes.
 
     The 128x4 swizzle of the (16x smaller) scales runs eagerly after the compiled graph: inside
     it, inductor materialized a float32 copy of x and the graph ran at half the speed.
     """
     nvfp4.check_input(x, block_size)
-    if global_scale is not None and not isinstance(global_scale, torch.Tensor):
-        global_scale = torch.tensor(global_scale, dtype=torch.float32)
+    # None stays None (computed in the graph); MXFP4 with a global scale is refused here
+    gs = None if global_scale is None else nvfp4.resolve_global_scale(x, global_scale, block_size)
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-        codes, sf_bytes, gs = _compiled_quantize_bytes()(x, global_scale, block_size=block_size)
+        codes, sf_bytes, gs, _ = _compiled(block_size)(x, gs)
     if swizzle:
         sf_bytes = swizzle_128x4(sf_bytes)
     return codes, nvfp4.scales_view(sf_bytes, block_size), gs
+
+
+def public_kernel(x: torch.Tensor) -> str:
+    """The kernel ``nvfp4.quantize`` runs for x: ``triton`` on a CUDA GPU with Triton installed,
+    ``compiled`` on a CPU for FAST_PATH_MIN_ELEMENTS elements or more, else ``reference``. While
+    torch.compile traces, under a dispatch mode (opcheck, fake tensors) or for a tensor subclass,
+    the reference: plain torch ops, which every tracer and mode sees through."""
+    if (
+        torch.compiler.is_compiling()
+        or _get_current_dispatch_mode() is not None
+        or type(x) not in (torch.Tensor, torch.nn.Parameter)
+    ):
+        return "reference"
+    if x.device.type == "cuda":
+        return "triton" if triton_available() is None else "reference"
+    if x.device.type == "cpu" and x.numel() >= FAST_PATH_MIN_ELEMENTS:
+        return "compiled"
+    return "reference"
+
+
+KERNELS = {
+    "reference": nvfp4.reference_quantize,
+    "compiled": compiled_quantize,
+    "triton": triton_quantize,
+}
+"""The kernels public_kernel can name, each with nvfp4.quantize's signature."""

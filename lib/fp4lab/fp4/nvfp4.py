@@ -44,6 +44,12 @@ Where the kernel and this reference can differ, by design of the CPU:
 The global scale follows FlashInfer: ``gs = 448 * 6 / amax`` (torchao stores the inverse).
 The encodings live in ``fp4lab.fp4.encodings``, the scale layout in ``fp4lab.fp4.swizzle``
 (``swizzled_shape`` is importable from here too).
+
+``quantize`` is the public call: it runs the fastest kernel that gives these bytes
+(``fp4lab.fp4.kernels.public_kernel`` says which); ``reference_quantize`` always runs this
+module's eager arithmetic, the spec the cross-checks compare with. Neither builds a tensor from
+Python data (a host-to-device copy, illegal during CUDA-graph capture): constants are fills on
+x's device.
 """
 
 from __future__ import annotations
@@ -106,7 +112,7 @@ def block_amax(blocks: torch.Tensor) -> torch.Tensor:
     nan = mag != mag
     largest = torch.where(nan, torch.full_like(mag, -1.0), mag).amax(dim=-1)
     half = blocks.shape[-1] // 2
-    odd = torch.tensor([0.0, 1.0] * half, device=blocks.device)
+    odd = (torch.arange(2 * half, device=blocks.device) % 2).float()  # no host data: capture-safe
     odd_lane_all_nan = torch.where(nan, odd, 0.0).sum(dim=-1) == half
     return torch.where(odd_lane_all_nan, torch.full_like(largest, float("nan")), largest)
 
@@ -117,13 +123,25 @@ def finite_amax(x: torch.Tensor) -> torch.Tensor:
     return torch.where(mag < float("inf"), mag, torch.zeros_like(mag)).amax()  # NaN < inf is False
 
 
-def global_scale_for(x: torch.Tensor) -> torch.Tensor:
-    """FlashInfer's NVFP4 global scale, 448*6/amax over the finite elements, float32 (1.0 when that amax is 0)."""
-    amax = finite_amax(x)
+def global_scale_from_amax(amax: torch.Tensor) -> torch.Tensor:
+    """448*6/amax as float32, 1.0 where amax is 0."""
     # A correctly rounded division: ``2688 / tensor`` in torch is reciprocal(tensor) * 2688, rounded twice.
     return torch.where(
         amax > 0, torch.full_like(amax, E4M3_MAX * E2M1_MAX) / amax, torch.ones_like(amax)
     )
+
+
+def global_scale_for(x: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's NVFP4 global scale, 448*6/amax over the finite elements, float32 (1.0 when that amax is 0)."""
+    return global_scale_from_amax(finite_amax(x))
+
+
+def global_scale_tensor(global_scale: torch.Tensor | float, device: torch.device) -> torch.Tensor:
+    """A given global scale as a float32 scalar on ``device``; a Python number becomes a fill there,
+    not a copy from the host (a tensor on another device is copied)."""
+    if isinstance(global_scale, torch.Tensor):
+        return global_scale.to(device=device, dtype=torch.float32).reshape(())
+    return torch.full((), float(global_scale), dtype=torch.float32, device=device)
 
 
 def resolve_global_scale(
@@ -137,16 +155,13 @@ def resolve_global_scale(
                 "global_scale must be None for MXFP4 (block_size=32): MXFP4 has no global scale"
             )
         return None
-    gs = (
-        global_scale_for(x)
-        if global_scale is None
-        else torch.as_tensor(global_scale, dtype=torch.float32).reshape(())
-    )
-    return gs.to(x.device)
+    if global_scale is None:
+        return global_scale_for(x)
+    return global_scale_tensor(global_scale, x.device)
 
 
 def _f32(value: float, like: torch.Tensor) -> torch.Tensor:
-    return torch.tensor(value, dtype=torch.float32, device=like.device)
+    return torch.full((), value, dtype=torch.float32, device=like.device)
 
 
 class Reciprocals(NamedTuple):
@@ -197,7 +212,7 @@ def quantize_bytes(
     block_size: int = NVFP4_BLOCK,
     swizzle: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """quantize with the scales as raw uint8 bytes (what a compiled graph can return on every backend)."""
+    """reference_quantize with the scales as raw uint8 bytes."""
     check_input(x, block_size)
     xf = x.float()
     gs = resolve_global_scale(x, global_scale, block_size)
@@ -208,6 +223,18 @@ def quantize_bytes(
 def scales_view(sf_bytes: torch.Tensor, block_size: int) -> torch.Tensor:
     """Scale bytes viewed as their format: float8_e4m3fn (NVFP4) or float8_e8m0fnu (MXFP4)."""
     return sf_bytes.view(torch.float8_e8m0fnu if block_size == MXFP4_BLOCK else torch.float8_e4m3fn)
+
+
+def reference_quantize(
+    x: torch.Tensor,
+    global_scale: torch.Tensor | float | None = None,
+    *,
+    block_size: int = NVFP4_BLOCK,
+    swizzle: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """quantize by this module's eager arithmetic, whatever the device: the spec."""
+    codes, sf_bytes, gs = quantize_bytes(x, global_scale, block_size=block_size, swizzle=swizzle)
+    return codes, scales_view(sf_bytes, block_size), gs
 
 
 def quantize(
@@ -222,9 +249,14 @@ def quantize(
     Returns ``(codes, scales, global_scale)``: codes uint8 [M, K/2]; scales float8_e4m3fn
     [M, K/16] for NVFP4 or float8_e8m0fnu [M, K/32] for MXFP4, 1-D in the 128x4 order when
     ``swizzle``; global_scale a float32 scalar tensor (NVFP4; 448*6/amax when None) or None (MXFP4).
+    The bytes are reference_quantize's; the kernel is the fastest that gives them here (see
+    ``fp4lab.fp4.kernels.public_kernel``).
     """
-    codes, sf_bytes, gs = quantize_bytes(x, global_scale, block_size=block_size, swizzle=swizzle)
-    return codes, scales_view(sf_bytes, block_size), gs
+    check_input(x, block_size)
+    from fp4lab.fp4 import kernels  # imported on use: kernels builds on this module
+
+    kernel = kernels.KERNELS[kernels.public_kernel(x)]
+    return kernel(x, global_scale, block_size=block_size, swizzle=swizzle)
 
 
 def dequantize(
@@ -244,5 +276,5 @@ def dequantize(
         scales = unswizzle_128x4(scales.reshape(-1), m, k // block_size)
     scale = scales.float()
     if global_scale is not None:
-        scale = scale / torch.as_tensor(global_scale, dtype=torch.float32, device=scale.device)
+        scale = scale / global_scale_tensor(global_scale, scale.device)
     return (values.view(m, k // block_size, block_size) * scale.unsqueeze(-1)).view(m, k).to(dtype)

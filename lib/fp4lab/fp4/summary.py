@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from collections import defaultdict
 
+from fp4lab.core import evidence
+
 FORMAT_ORDER = ("nvfp4", "mxfp4", "fp8_e4m3_per_tensor")
 NEEDS = "cpu for the reference and its checks; an SM100+ GPU for FlashInfer's kernel and GPU speed"
 
@@ -27,8 +29,9 @@ def values_by_kind(rows: list[dict]) -> defaultdict[str, list[dict]]:
 
 
 def summarize(rows: list[dict]) -> dict | None:
-    """Notebook 06's records as {status, headline, needs}: cross-checks, error by format, speed,
-    the forwarding bug, and what did not run here. None without records."""
+    """Notebook 06's records as {status, headline, needs, evidence}: cross-checks, error by format,
+    speed of the public quantize, the forwarding bug, the checks that raised and what did not run
+    here. None without records."""
     if not rows:
         return None
     by_kind = values_by_kind(rows)
@@ -36,23 +39,27 @@ def summarize(rows: list[dict]) -> dict | None:
     unexplained = sum(c["unexplained"] for c in checks)
     peers = len({c["peer"] for c in checks})
     headline = f"reference vs {peers} independent peers: {unexplained} unexplained differences"
-    snr = _snr_by_distribution(by_kind["error"])
+    snr = _snr_by_distribution(by_kind["quantization_error"])
     headline += f"; SNR dB NVFP4 / MXFP4 / FP8 per-tensor: {snr}" if snr else ""
-    compiled = [t for t in by_kind["throughput"] if t["kernel"] == "compiled"]
-    if compiled:
-        best = max(compiled, key=lambda t: t["ratio_to_copy"])
+    public = [t for t in by_kind["throughput"] if t["kernel"] == "public"]
+    if public:
+        best = max(public, key=lambda t: t["ratio_to_copy"])
         headline += (
-            f"; compiled quantize at best {best['ratio_to_copy']:.0%} of copy bandwidth"
-            f" ({best['M']}x{best['K']}, {best['device']})"
+            f"; public quantize ({best['ran']}) at best {best['ratio_to_copy']:.0%} of copy"
+            f" bandwidth ({best['M']}x{best['K']}, {best['device']})"
         )
     if by_kind["forwarding_bug"]:
         bug = by_kind["forwarding_bug"][0]
         headline += (
             f"; FlashInfer {bug['flashinfer']} argument-forwarding bug: {bug['capture']['status']}"
         )
+    failed = [e["check"] for e in by_kind["error"]]
     skipped = [s["check"] for s in by_kind["skipped"]]
+    status = f"FAILED: {', '.join(failed)} raised" if failed else "measured"
+    levels = {level for r in rows for level in r["values"].get("evidence", [])}
     return {
-        "status": "measured" + (f"; not run here: {', '.join(skipped)}" if skipped else ""),
+        "status": status + (f"; not run here: {', '.join(skipped)}" if skipped else ""),
         "headline": headline,
         "needs": NEEDS,
+        "evidence": evidence.check(sorted(levels)),
     }

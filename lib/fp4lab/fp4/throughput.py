@@ -1,6 +1,9 @@
 """Quantize throughput against the memory-copy line, measured in one run.
 
-Used by benchmarks/nvfp4_throughput.py and notebook 06.
+Used by benchmarks/nvfp4_throughput.py and notebook 06. ``public`` is ``nvfp4.quantize`` as users
+call it (each row says which kernel it ran), ``reference`` the eager spec, ``compiled`` the
+torch.compile'd formulation; ``public_goal`` measures the public call against a preallocated copy
+and torchao's compiled quantize in interleaved rounds.
 
 GB/s are bytes of *input* per second. The copy line is ``x.clone()`` of the same tensor (it
 reads x, allocates and writes a copy, as a kernel returning new tensors does), timed before
@@ -14,16 +17,22 @@ allocator's peak on a GPU, the running sum of the profiler's allocation events o
 from __future__ import annotations
 
 import itertools
+import os
+import statistics
+import time
 from collections.abc import Callable
 
 import torch
 
-from fp4lab.core import probe, timing
+from fp4lab.core import evidence, probe, timing
 from fp4lab.fp4 import flashinfer_kernel, kernels, nvfp4
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 CPU_GOAL = 0.25
-"""Compiled quantize at 25% or more of the copy bandwidth on a CPU."""
+"""The public quantize at 25% or more of the copy bandwidth on a CPU."""
+TORCHAO_GOAL = 1.0
+"""The public quantize at least as fast as torchao's compiled nvfp4_quantize."""
+CPU = torch.device("cpu")
 GPU_GOAL = 0.70
 """A fused kernel at 70% or more of device-to-device copy bandwidth on a GPU (H200)."""
 
@@ -33,11 +42,14 @@ def candidates(
 ) -> tuple[dict[str, Callable[[torch.Tensor], object]], dict[str, str]]:
     """The quantize kernels that run on ``device``, and the skipped ones with the reason."""
     run: dict[str, Callable] = {
-        "compiled": lambda x: kernels.compiled_quantize(x, block_size=block_size, swizzle=True)
+        "public": lambda x: nvfp4.quantize(x, block_size=block_size, swizzle=True),
+        "compiled": lambda x: kernels.compiled_quantize(x, block_size=block_size, swizzle=True),
     }
     skipped: dict[str, str] = {}
     if device.type == "cpu":
-        run["eager"] = lambda x: nvfp4.quantize(x, block_size=block_size, swizzle=True)
+        run["reference"] = lambda x: nvfp4.reference_quantize(
+            x, block_size=block_size, swizzle=True
+        )
         skipped["triton"] = "Triton's CPU interpreter measures nothing about speed"
         skipped["flashinfer"] = "FlashInfer's kernel needs an SM100+ GPU"
         return run, skipped
@@ -124,6 +136,10 @@ def quantize_vs_copy(
                     "dtype": str(dtype).removeprefix("torch."),
                     "block_size": block_size,
                     "kernel": name,
+                    "ran": kernels.public_kernel(x) if name == "public" else name,
+                    "evidence": evidence.check(
+                        ["real_fp4_kernel" if name == "flashinfer" else "reference_kernel"]
+                    ),
                     "median_ms": t["median_ms"],
                     "p10_ms": t["p10_ms"],
                     "p90_ms": t["p90_ms"],
@@ -142,7 +158,7 @@ def quantize_vs_copy(
 
 def goal_for(device: torch.device) -> tuple[str, float]:
     """Which kernel the speed goal is about on this device, and the ratio to copy it asks for."""
-    return ("compiled", CPU_GOAL) if device.type == "cpu" else ("triton_approx_rcp", GPU_GOAL)
+    return ("public", CPU_GOAL) if device.type == "cpu" else ("triton_approx_rcp", GPU_GOAL)
 
 
 def _case(row: dict) -> tuple[int, int, int]:
@@ -171,3 +187,77 @@ def goal_summary(rows: list[dict], device: torch.device) -> dict | None:
             all(r["gbps"] >= flashinfer[_case(r)] for r in both) if flashinfer else None
         )
     return summary
+
+
+def _torchao_compiled() -> Callable[[torch.Tensor], object]:
+    """torchao's NVFP4 quantize as its users call it, compiled: the per-tensor scale from amax(|x|),
+    then ``nvfp4_quantize`` (linear scales), in one torch.compile'd function."""
+    from torchao.prototype.mx_formats.nvfp4_tensor import nvfp4_quantize, per_tensor_amax_to_scale
+
+    def quantize(x: torch.Tensor) -> object:
+        return nvfp4_quantize(x, nvfp4.NVFP4_BLOCK, per_tensor_amax_to_scale(x.abs().amax()))
+
+    return torch.compile(quantize)
+
+
+def public_goal(
+    shape: tuple[int, int] = (4096, 4096),
+    *,
+    device: torch.device = CPU,
+    dtype: torch.dtype = torch.float32,
+    rounds: int = 9,
+    seed: int = 0,
+) -> dict:
+    """``nvfp4.quantize(x)`` as users call it against ``out.copy_(x)`` (preallocated) and torchao's
+    compiled quantize, one call of each per round so a busy machine slows all three alike; medians
+    over the rounds, first calls (compiles included) timed apart. torchao is left out, with the
+    reason, where it cannot run."""
+    m, k = shape
+    generator = torch.Generator().manual_seed(seed)
+    x = torch.randn(m, k, generator=generator).to(device=device, dtype=dtype)
+    out = torch.empty_like(x)
+    calls: dict[str, Callable] = {
+        "copy_": lambda: out.copy_(x),
+        "public": lambda: nvfp4.quantize(x),
+    }
+    record: dict = {"M": m, "K": k, "dtype": str(dtype).removeprefix("torch."), "rounds": rounds}
+    record |= {
+        "device": device.type,
+        "threads": torch.get_num_threads(),
+        "ran": kernels.public_kernel(x),
+    }
+    if dtype not in (torch.float32, torch.bfloat16):
+        record["torchao_skipped"] = (
+            f"torchao's nvfp4_quantize takes float32 or bfloat16, not {dtype}"
+        )
+    else:
+        try:
+            torchao = _torchao_compiled()
+            calls["torchao_compiled"] = lambda: torchao(x)
+        except ImportError as e:
+            record["torchao_skipped"] = f"torchao cannot be imported: {e}"
+    record["load_average_before"] = os.getloadavg()[0]
+    first = {}
+    for name, call in calls.items():
+        started = time.perf_counter()
+        call()
+        timing.sync(device)
+        first[name] = time.perf_counter() - started
+    samples: dict[str, list[float]] = {name: [] for name in calls}
+    for _ in range(rounds):
+        for name, call in calls.items():
+            started = time.perf_counter()
+            call()
+            timing.sync(device)
+            samples[name].append((time.perf_counter() - started) * 1e3)
+    record["load_average_after"] = os.getloadavg()[0]
+    median = {name: statistics.median(s) for name, s in samples.items()}
+    record |= {"median_ms": median, "first_call_s": first}
+    record["ratio_to_copy"] = median["copy_"] / median["public"]
+    record["copy_goal"] = CPU_GOAL if device.type == "cpu" else GPU_GOAL
+    record["meets_copy_goal"] = record["ratio_to_copy"] >= record["copy_goal"]
+    if "torchao_compiled" in median:
+        record["speed_vs_torchao"] = median["torchao_compiled"] / median["public"]
+        record["meets_torchao_goal"] = record["speed_vs_torchao"] >= TORCHAO_GOAL
+    record["evidence"] = evidence.check(["reference_kernel"])
+    return record
