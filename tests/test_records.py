@@ -127,3 +127,16 @@ def test_recorder_adds_with_its_notebook_and_parameters(isolated_outputs, capsys
         "reason": "no CUDA GPU",
     }
     assert "SKIPPED gpu_check: no CUDA GPU" in capsys.readouterr().out
+
+
+def test_committed_results_come_from_clean_trees():
+    """Every committed notebook's newest run, and every figure, was made at a clean commit."""
+    for path in sorted(paths.COMMITTED_DATA.glob("*.jsonl")):
+        rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+        newest = [r for r in rows if r["run_id"] == rows[-1]["run_id"]]
+        for r in newest:
+            git = r["provenance"]["git"]
+            assert git["dirty"] is False and len(git["commit"] or "") == 40, (path.name, git)
+    for sidecar in sorted((paths.REPO_ROOT / "figures").glob("*.json")):
+        git = json.loads(sidecar.read_text())["provenance"]["git"]
+        assert git["dirty"] is False, (sidecar.name, git)
