@@ -104,4 +104,18 @@ def timings() -> str:
             f"- each FlashInfer version of the matrix: {_bytes_gb(sizes[0])} to "
             f"{_bytes_gb(sizes[-1])} ({len(sizes)} versions, build/matrix/)."
         )
+    goal = _latest("nvfp4_throughput", "public_goal")
+    if goal:
+        g = goal[-1]["values"]
+        torchao = (
+            f" and {g['speed_vs_torchao']:.2f}x torchao's compiled nvfp4_quantize"
+            if "speed_vs_torchao" in g
+            else ""
+        )
+        lines.append(
+            f"- `fp4lab.fp4.nvfp4.quantize` on {g['M']}x{g['K']} {g['dtype']} "
+            f"(`benchmarks/nvfp4_throughput.py`, {goal[-1]['provenance']['device']}): "
+            f"{g['ratio_to_copy']:.2f} of a preallocated copy_{torchao} (goal "
+            f"{g['copy_goal']:.2f} and 1x; load average {g['load_average_after']:.1f})."
+        )
     return "\n".join(lines) + "\n"
