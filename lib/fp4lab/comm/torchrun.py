@@ -180,6 +180,7 @@ def run_ranks(
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
     env: dict[str, str] | None = None,
+    python: str = sys.executable,
 ) -> Run:
     """Run ``target`` under torchrun as a child process group; never raises for a rank's failure or hang."""
     log_path = Path(log_path)
@@ -195,6 +196,7 @@ def run_ranks(
         nnodes=nnodes,
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
+        python=python,
     )
     finished = process.run(cmd, log_path, timeout_s, env=child_env)
     ranks = rank_progress(

@@ -130,6 +130,7 @@ def measure_size(
     row = {
         "backend": op.backend, "mode": mode, "world_size": env.world_size, "nodes": env.nodes, "dtype": dtype_name,
         "bytes": nbytes, "size": format_size(nbytes), "elements": n, "iters": iters, "warmup": warmup,
+        **op.state(),  # the communicator's own proof of what ran (MSCCL++ or not)
     }  # fmt: skip
     label = f"{op.backend} {mode} {format_size(nbytes)}"
     ranks.progress(f"{label}: routing")

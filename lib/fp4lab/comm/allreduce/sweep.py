@@ -8,13 +8,15 @@ the rows written together with how the run ended.
 
 from __future__ import annotations
 
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 
 from fp4lab.comm import torchrun
 from fp4lab.comm.allreduce.params import parse_modes, unavailable, validate
 from fp4lab.comm.allreduce.sizes import format_size, parse_sizes
-from fp4lab.core import params
+from fp4lab.core import params, paths
+from fp4lab.serving import sglang_env
 
 
 @dataclass
@@ -73,6 +75,10 @@ def sweep(
     )
     torchrun.refuse_backend(backend, unavailable(backend, world_size, per_node=nproc))
     torchrun.require_new_out(out)
+    python, env = sys.executable, None
+    if backend == "mscclpp":  # SGLang's communicator runs in SGLang's own environment
+        python = sglang_env.ensure_sglang().python
+        env = {"PYTHONPATH": str(paths.REPO_ROOT / "lib")}
     run = torchrun.run_ranks(
         ["-m", "fp4lab.comm.allreduce"],
         cli_args(backend, sizes, iters, warmup, dtype, modes, out),
@@ -82,6 +88,8 @@ def sweep(
         nnodes=nnodes,
         node_rank=node_rank,
         rdzv_endpoint=rdzv_endpoint,
+        env=env,
+        python=python,
     )
     return Sweep(backend, torchrun.read_rows(out), run)
 
