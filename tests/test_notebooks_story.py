@@ -174,7 +174,11 @@ def test_10_report_decides_from_the_records(story):
     html = (story / "html" / "10_decision_report.html").read_text()
     fixes = _values("05_custom_op_fix", "fix")
     assert fixes and all(f["signature"] == "ok" and f["graph_count"] == 1 for f in fixes)
-    assert "UNBLOCKED with a custom op" in html, "the fix records compile: the report says so"
+    assert "UNBLOCKED at compile level with a custom op" in html, (
+        "the fix compiles: the report says so"
+    )
+    assert "SM12.0 simulated; not run on the target GPU" in html, "and at which evidence level"
+    assert "opcheck: 4/4 tests pass" in html, "opcheck quoted from its record"
     assert "3/3 story crashes reproduced" in html
     breaks = next(
         v
