@@ -3,7 +3,7 @@
 #
 # Each notebook runs through `python -m fp4lab.core.runner reproduce` (records with provenance
 # in data/, executed copies and HTML in build/), one call per notebook so each gets its own
-# parameters and its own time budget. On one GPU the budgets add up to 470 s: on one H200
+# parameters and its own time budget. On one GPU the budgets add up to 480 s: on one H200
 # the whole script finishes within 8 minutes, and a notebook over its budget is stopped and reported
 # without stopping the others. Inner timeouts (timeout_s parameters) are set below each
 # budget so the notebooks' own harnesses stop their child processes first.
@@ -46,7 +46,7 @@ step() {
 }
 
 # 04: GLM-5's full widths, the three compile variants, CUDA-graph replay on the GPU.
-step 150 04 --param scale=1 --param layers=4 --param tokens=256 --param backend=inductor --param iters=50 --param warmup=5 --param device=cuda
+step 180 04 --param scale=1 --param layers=4 --param tokens=256 --param backend=inductor --param iters=50 --param warmup=5 --param device=cuda
 # 05: the custom-op fix at GLM-5's hidden size (head_dim 128); it traces FlashInfer's own code.
 if [[ -z "${DRY_RUN:-}" ]] && ! "$PY" -c 'import flashinfer' 2>/dev/null; then
   echo "== notebook 05 SKIPPED: flashinfer-python is not importable here (the story's call site is FlashInfer's)"
@@ -64,8 +64,8 @@ if ((gpus >= 2)); then
   step 1500 08 --param scale=2 --param tokens=256 --param iters=20 --param warmup=3 --param timeout_s=120 --param ready_timeout_s=300 --param num_prompts=64
 else
   # One GPU: 07 and 08 need no GPU; their GPU sections are skipped and recorded as skipped.
-  step 70 07 --param sizes=1KiB:64MiB --param iters=20 --param warmup=5 --param timeout_s=55
-  step 70 08 --param scale=16 --param tokens=256 --param iters=20 --param warmup=3 --param timeout_s=55
+  step 60 07 --param sizes=1KiB:64MiB --param iters=20 --param warmup=5 --param timeout_s=45
+  step 60 08 --param scale=16 --param tokens=256 --param iters=20 --param warmup=3 --param timeout_s=45
 fi
 
 [[ -n "${DRY_RUN:-}" ]] && exit 0

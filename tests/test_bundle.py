@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from fp4lab.core import bundle, paths
+from fp4lab.core import bundle, paths, records
 
 
 @pytest.fixture(scope="module")
@@ -36,6 +36,11 @@ def test_the_bundle_holds_sources_wheels_and_run_sh_under_the_limit(built):
     )
     for tag in ("cp311", "cp312"):  # binary wheels for this machine's and the GPU machine's Python
         assert any(w.startswith("pyyaml-") and tag in w for w in wheels), tag
+
+
+def test_the_bundle_names_the_commit_it_was_built_from(built):
+    stamped = json.loads((built / "src" / records.BUNDLE_GIT_FILE).read_text())
+    assert stamped == records.git_state() and len(stamped["commit"]) == 40
 
 
 def test_unknown_extras_are_refused_before_any_download(tmp_path, capsys):
@@ -108,3 +113,5 @@ def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built
     summary = (out / "summary.txt").read_text().splitlines()
     assert len(summary) == 2 and all(": ran in " in line for line in summary)
     assert list((out / "figures").glob("*.png")), "figures come back with the records"
+    first = json.loads((out / "data" / "06_nvfp4_kernels.jsonl").read_text().splitlines()[0])
+    assert first["provenance"]["git"] == {**records.git_state(), "from": "bundle"}

@@ -205,6 +205,18 @@ def test_a_failed_cuda_graph_capture_fails_the_tradeoff_verdict():
     assert "SKIPPED (no CUDA device here)" in tradeoff.tradeoff_verdict(run, rows)
 
 
+def test_the_verdict_states_each_variants_launch_overhead_share_when_replayed():
+    run = types.SimpleNamespace(layers=2, x=torch.zeros(1))
+    rows = [
+        _variant(name, "ok", cuda_graph_median_ms=ms, launch_overhead_share=1.0 - ms)
+        for name, ms in zip(tradeoff.VARIANTS, (0.25, 0.5, 0.9), strict=True)
+    ]
+    assert tradeoff.launch_overhead_share(rows[0]) == pytest.approx(0.75)
+    verdict = tradeoff.tradeoff_verdict(run, rows)
+    assert "eager 0.250 ms (launch overhead 75% of its step)" in verdict
+    assert "compiled_fullgraph_custom_op 0.900 ms (launch overhead 10% of its step)" in verdict
+
+
 def test_custom_op_passes_opcheck_and_matches_the_reference_layout():
     x = torch.randn(130, 64).to(torch.bfloat16)
     gs = torch.tensor([50.0])

@@ -100,6 +100,8 @@ def measure_variant(
         )
         if cuda_graphs:
             row.update(_cuda_graph(step, x, warmup=warmup, iters=iters))
+            if row["cuda_graph_capture"] == "ok":
+                row["launch_overhead_share"] = launch_overhead_share(row)
         else:
             row["cuda_graph_capture"] = NO_CUDA
     row["evidence"] = evidence.of_run(
@@ -120,6 +122,12 @@ def _cuda_graph(step: Callable, x: torch.Tensor, *, warmup: int, iters: int) -> 
         message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
         return {"cuda_graph_capture": f"error: {message}", "cuda_graph_error": message}
     return {"cuda_graph_capture": "ok", **{f"cuda_graph_{k}": v for k, v in timed.items()}}
+
+
+def launch_overhead_share(row: dict) -> float:
+    """The share of a step that its CUDA-graph replay removes: 1 - replay / step (median ms);
+    what launching kernels from Python costs, as far as a graph can save it."""
+    return 1.0 - row["cuda_graph_median_ms"] / row["step_median_ms"]
 
 
 def measure_variants(run: Story) -> list[dict]:
@@ -196,7 +204,11 @@ def tradeoff_verdict(run: Story, rows: list[dict]) -> str:
     if all(r["cuda_graph_capture"] == "ok" for r in rows):
         lines.append(
             "CUDA graph replay: "
-            + ", ".join(f"{r['variant']} {r['cuda_graph_median_ms']:.3f} ms" for r in rows)
+            + ", ".join(
+                f"{r['variant']} {r['cuda_graph_median_ms']:.3f} ms (launch overhead "
+                f"{r['launch_overhead_share']:.0%} of its step)"
+                for r in rows
+            )
         )
     else:
         lines.append(

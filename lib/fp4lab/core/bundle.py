@@ -2,7 +2,8 @@
 
 GPU machines often reach no package registry and bring their own CUDA build of torch (and
 Triton). ``build`` writes, on a machine that reaches the registry, a folder of at most
-``LIMIT_BYTES``: ``src/`` (lib/, notebooks/, scripts/, pyproject.toml), ``wheels/`` (every
+``LIMIT_BYTES``: ``src/`` (lib/, notebooks/, scripts/, pyproject.toml, and the commit it was
+built from, which the records there carry), ``wheels/`` (every
 dependency of the GPU notebooks except torch, Triton, FlashInfer and, unless asked, numpy,
 pandas and matplotlib, for each Python version given), ``requirements.txt`` and ``run.sh``.
 There, ``run.sh OUT`` installs what the interpreter lacks from ``wheels/`` into a private
@@ -80,6 +81,10 @@ def build(out: Path, python_versions: tuple[str, ...], include: set[str]) -> int
     wheels = out / "wheels"
     wheels.mkdir(parents=True)
     _copy_sources(out / "src")
+    from fp4lab.core import records  # pandas: the build side only
+
+    state = {k: v for k, v in records.git_state().items() if k in ("commit", "dirty")}
+    (out / "src" / records.BUNDLE_GIT_FILE).write_text(json.dumps(state) + "\n")
     reqs = requirements(include)
     for version in python_versions:
         print(f"downloading wheels for Python {version}: {', '.join(reqs)}", flush=True)

@@ -30,9 +30,17 @@ RUN_ID = os.environ.get("FP4LAB_RUN_ID") or uuid.uuid4().hex[:12]
 """Identifies one execution (one notebook kernel, one benchmark process)."""
 
 
+BUNDLE_GIT_FILE = "GIT_STATE.json"
+"""Written into an offline bundle's source folder: the commit it was built from (no .git there)."""
+
+
 @functools.cache
 def git_state() -> dict:
-    """The commit of the checkout and whether it had uncommitted changes outside data/."""
+    """The commit of the checkout and whether it had uncommitted changes outside data/; in an
+    offline bundle, the state of the checkout it was built from (``"from": "bundle"``)."""
+    stamped = paths.REPO_ROOT / BUNDLE_GIT_FILE
+    if stamped.exists():
+        return {**json.loads(stamped.read_text()), "from": "bundle"}
 
     def git(*args: str) -> str | None:
         try:
