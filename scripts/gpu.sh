@@ -11,6 +11,7 @@
 #   PY=build/venv/bin/python scripts/gpu.sh     run (the Makefile passes PY)
 #   DRY_RUN=1 scripts/gpu.sh                    print the commands, run nothing, need no GPU
 #   NO_HTML=1 scripts/gpu.sh                    skip the HTML export (the offline bundle has no nbconvert)
+#   ONLY=04,06 scripts/gpu.sh                   only these notebooks (numbers), each with its budget
 set -uo pipefail
 cd "$(dirname "$0")/.."
 PY=${PY:-build/venv/bin/python}
@@ -25,10 +26,14 @@ fi
 failed=()
 started=$SECONDS
 
+# wanted NOTEBOOK: whether ONLY (when set) names it
+wanted() { [[ -z "${ONLY:-}" || ",$ONLY," == *",$1,"* ]]; }
+
 # step BUDGET_S NOTEBOOK [--param NAME=VALUE ...]
 step() {
   local budget=$1 notebook=$2
   shift 2
+  wanted "$notebook" || return 0
   local cmd=("$PY" -m fp4lab.core.runner reproduce --notebooks "$notebook" ${NO_HTML:+--no-html} "$@")
   if [[ -n "${DRY_RUN:-}" ]]; then
     echo "${cmd[*]}"
@@ -48,7 +53,7 @@ step() {
 # 04: GLM-5's full widths, the three compile variants, CUDA-graph replay on the GPU.
 step 180 04 --param scale=1 --param layers=4 --param tokens=256 --param backend=inductor --param iters=50 --param warmup=5 --param device=cuda
 # 05: the custom-op fix at GLM-5's hidden size (head_dim 128); it traces FlashInfer's own code.
-if [[ -z "${DRY_RUN:-}" ]] && ! "$PY" -c 'import flashinfer' 2>/dev/null; then
+if [[ -z "${DRY_RUN:-}" ]] && wanted 05 && ! "$PY" -c 'import flashinfer' 2>/dev/null; then
   echo "== notebook 05 SKIPPED: flashinfer-python is not importable here (the story's call site is FlashInfer's)"
 else
   step 90 05 --param tokens=256 --param hidden=6144 --param heads=48 --param ffn=12288 --param layers=2

@@ -58,6 +58,8 @@ _TRITON_CHECK = textwrap.dedent(
                     assert torch.equal(a[1].view(torch.uint8), b[1].view(torch.uint8)), ("scales", *case)
                     assert a[1].dtype == b[1].dtype
                     checked += 1
+    for x in inputs + [torch.full((3, 40), float("nan")), -torch.rand(5000)]:
+        assert torch.equal(kernels.triton_finite_amax(x), nvfp4.finite_amax(x)), x.shape
     print("checked", checked)
     """
 )

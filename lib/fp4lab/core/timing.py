@@ -49,6 +49,24 @@ def summarize(samples_ms: list[float]) -> dict:
     }
 
 
+def device_ms(fn: Callable, *args: Any, warmup: int = 3, iters: int = 20) -> dict:
+    """Like ``measure`` for a CUDA kernel's own time: calls enqueued back to back, each bracketed
+    by CUDA events, one synchronisation at the end; the host's launch cost shows only where the
+    GPU waits for it."""
+    for _ in range(warmup):
+        fn(*args)
+    torch.cuda.synchronize()
+    events: list[tuple[torch.cuda.Event, torch.cuda.Event]] = []
+    for _ in range(iters):
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        fn(*args)
+        end.record()
+        events.append((start, end))
+    torch.cuda.synchronize()
+    return summarize([start.elapsed_time(end) for start, end in events])
+
+
 def cuda_graph_replay(fn: Callable, *args: Any, warmup: int = 3, iters: int = 20) -> dict:
     """Capture ``fn(*args)`` into one CUDA graph and time its replay. Needs a CUDA device."""
     if not torch.cuda.is_available():

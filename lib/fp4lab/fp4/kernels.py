@@ -54,6 +54,20 @@ def triton_available() -> str | None:
     return None
 
 
+AMAX_CHUNK = 4096
+"""Elements per program of the one-pass amax kernel."""
+
+
+def triton_finite_amax(x: torch.Tensor) -> torch.Tensor:
+    """nvfp4.finite_amax(x) in one pass over x (one Triton kernel and a zero fill), float32."""
+    from fp4lab.fp4 import triton_kernel
+
+    out = torch.zeros((), dtype=torch.float32, device=x.device)
+    n = x.numel()
+    triton_kernel.finite_amax_kernel[(max(1, -(-n // AMAX_CHUNK)),)](x, out, n, CHUNK=AMAX_CHUNK)
+    return out
+
+
 def triton_quantize(
     x: torch.Tensor,
     global_scale: torch.Tensor | float | None = None,
@@ -61,12 +75,17 @@ def triton_quantize(
     block_size: int = nvfp4.NVFP4_BLOCK,
     swizzle: bool = False,
     approx_rcp: bool = False,
-    block_m: int = 16,
-    block_k: int = 256,
+    block_m: int | None = None,
+    block_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """nvfp4.quantize's contract, one fused Triton kernel. ``approx_rcp`` needs a real GPU."""
+    """nvfp4.quantize's contract, one fused Triton kernel (and, for NVFP4 without a global scale,
+    a one-pass amax kernel before it). ``approx_rcp`` needs a real GPU. The tile is
+    ``block_m`` x ``block_k`` when given; otherwise Triton's autotuner picks it per (M, K) on a
+    GPU (``tuned_config``) and 16 x 256 is used under the interpreter."""
     nvfp4.check_input(x, block_size)
-    if block_k % 32 or block_k & (block_k - 1):
+    if (block_m is None) != (block_k is None):
+        raise ValueError(f"block_m={block_m}, block_k={block_k}: give both or neither")
+    if block_k is not None and (block_k % 32 or block_k & (block_k - 1)):
         raise ValueError(f"block_k={block_k} must be a power of two and a multiple of 32")
     reason = triton_available()
     if reason:
@@ -76,9 +95,12 @@ def triton_quantize(
             "approx_rcp=True uses inline PTX (rcp.approx.ftz.f32); it needs a CUDA tensor"
         )
     mx = block_size == nvfp4.MXFP4_BLOCK
-    gs = nvfp4.resolve_global_scale(x, global_scale, block_size)
-    gs_arg = torch.ones((), dtype=torch.float32, device=x.device) if gs is None else gs
     x = x if x.stride(-1) == 1 else x.contiguous()
+    if global_scale is None and not mx:
+        gs = nvfp4.global_scale_from_amax(triton_finite_amax(x))
+    else:
+        gs = nvfp4.resolve_global_scale(x, global_scale, block_size)
+    gs_arg = torch.ones((), dtype=torch.float32, device=x.device) if gs is None else gs
     m, k = x.shape
     s = k // block_size
     rows, cols = swizzled_shape(m, s)
@@ -88,26 +110,26 @@ def triton_quantize(
         if swizzle
         else torch.empty(m, s, dtype=torch.uint8, device=x.device)
     )
-    grid = (-(-m // block_m), -(-k // block_k))
     from fp4lab.fp4 import triton_kernel
 
-    triton_kernel.quantize_kernel[grid](
-        x,
-        gs_arg,
-        codes,
-        sf,
-        m,
-        k,
-        x.stride(0),
-        cols // 4,
-        BLOCK=block_size,
-        MX=mx,
-        SWIZZLE=swizzle,
-        APPROX_RCP=approx_rcp,
-        BM=block_m,
-        BK=block_k,
-    )
+    args = (x, gs_arg, codes, sf, m, k, x.stride(0), cols // 4)
+    flags = {"BLOCK": block_size, "MX": mx, "SWIZZLE": swizzle, "APPROX_RCP": approx_rcp}
+    if block_m is None and x.device.type == "cuda":
+        grid = lambda meta: (-(-m // meta["BM"]), -(-k // meta["BK"]))  # noqa: E731
+        triton_kernel.tuned_quantize_kernel[grid](*args, **flags)
+    else:
+        block_m, block_k = block_m or 16, block_k or 256
+        grid = (-(-m // block_m), -(-k // block_k))
+        triton_kernel.quantize_kernel[grid](*args, **flags, BM=block_m, BK=block_k)
     return codes, nvfp4.scales_view(sf, block_size), gs
+
+
+def tuned_config() -> dict[str, int] | None:
+    """The tile and warps the autotuner chose on its latest tuning (None before any)."""
+    from fp4lab.fp4 import triton_kernel
+
+    best = getattr(triton_kernel.tuned_quantize_kernel, "best_config", None)
+    return None if best is None else {**best.kwargs, "num_warps": best.num_warps}
 
 
 RECOMPILE_LIMIT = 64

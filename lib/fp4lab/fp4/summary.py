@@ -48,6 +48,13 @@ def summarize(rows: list[dict]) -> dict | None:
             f"; public quantize ({best['ran']}) at best {best['ratio_to_copy']:.0%} of copy"
             f" bandwidth ({best['M']}x{best['K']}, {best['device']})"
         )
+    triton = [t for t in by_kind["throughput"] if t["kernel"] == "triton_approx_rcp"]
+    if triton:
+        best = max(triton, key=lambda t: t["ratio_to_copy"])
+        headline += (
+            f"; Triton kernel given the global scale at best {best['ratio_to_copy']:.0%} of copy"
+            f" bandwidth ({best['M']}x{best['K']})"
+        )
     if by_kind["forwarding_bug"]:
         bug = by_kind["forwarding_bug"][0]
         headline += (

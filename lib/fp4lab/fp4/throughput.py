@@ -2,8 +2,12 @@
 
 Used by benchmarks/nvfp4_throughput.py and notebook 06. ``public`` is ``nvfp4.quantize`` as users
 call it (each row says which kernel it ran), ``reference`` the eager spec, ``compiled`` the
-torch.compile'd formulation; ``public_goal`` measures the public call against a preallocated copy
-and torchao's compiled quantize in interleaved rounds.
+torch.compile'd formulation; ``triton`` (and FlashInfer, where it runs) are given the global
+scale, as a serving stack calls its quantize kernel, where ``public`` computes it (one more read
+of x). On a GPU times are CUDA events over back-to-back calls (the kernels' time, launch cost
+included only where the GPU waits for it), elsewhere the wall clock. ``public_goal`` measures
+the public call against a preallocated copy and torchao's compiled quantize in interleaved
+rounds.
 
 GB/s are bytes of *input* per second. The copy line is ``x.clone()`` of the same tensor (it
 reads x, allocates and writes a copy, as a kernel returning new tensors does), timed before
@@ -16,6 +20,7 @@ allocator's peak on a GPU, the running sum of the profiler's allocation events o
 
 from __future__ import annotations
 
+import functools
 import itertools
 import os
 import statistics
@@ -57,9 +62,13 @@ def candidates(
     if reason:
         skipped["triton"] = reason
     else:
-        run["triton"] = lambda x: kernels.triton_quantize(x, block_size=block_size, swizzle=True)
+        # given the global scale, as a serving stack calls a quantize kernel (FlashInfer's too)
+        gs = None if block_size == nvfp4.MXFP4_BLOCK else torch.ones((), device=device)
+        run["triton"] = lambda x: kernels.triton_quantize(
+            x, gs, block_size=block_size, swizzle=True
+        )
         run["triton_approx_rcp"] = lambda x: kernels.triton_quantize(
-            x, block_size=block_size, swizzle=True, approx_rcp=True
+            x, gs, block_size=block_size, swizzle=True, approx_rcp=True
         )
     sm = torch.cuda.get_device_capability(device)
     if sm >= probe.FP4_MIN_SM:
@@ -115,15 +124,15 @@ def quantize_vs_copy(
         nbytes = x.numel() * x.element_size()
         run, skipped_here = candidates(device, block_size)
         skipped.update(skipped_here)
-        copy_before = timing.measure(torch.clone, x, warmup=warmup, iters=iters, device=device)
-        measured = {
-            name: timing.measure(fn, x, warmup=warmup, iters=iters, device=device)
-            for name, fn in run.items()
-        }
-        copy_after = timing.measure(torch.clone, x, warmup=warmup, iters=iters, device=device)
-        copy_into = timing.measure(
-            torch.empty_like(x).copy_, x, warmup=warmup, iters=iters, device=device
-        )
+        timed = functools.partial(_time, device=device, warmup=warmup, iters=iters)
+        copy_before = timed(torch.clone, x)
+        measured, configs = {}, {}
+        for name, fn in run.items():
+            measured[name] = timed(fn, x)
+            if name.startswith("triton"):
+                configs[name] = kernels.tuned_config()
+        copy_after = timed(torch.clone, x)
+        copy_into = timed(torch.empty_like(x).copy_, x)
         copy_ms = (copy_before["median_ms"] + copy_after["median_ms"]) / 2
         copy_gbps = nbytes / copy_ms / 1e6
         for name, t in measured.items():
@@ -151,9 +160,18 @@ def quantize_vs_copy(
                     "copy_into_gbps": nbytes / copy_into["median_ms"] / 1e6,
                     "peak_bytes": peak_bytes(run[name], x),
                     "input_bytes": nbytes,
+                    "timed_by": "cuda_events" if device.type == "cuda" else "wall_clock",
+                    **({"tile": configs[name]} if name in configs else {}),
                 }
             )
     return rows, skipped
+
+
+def _time(fn: Callable, x: torch.Tensor, *, device: torch.device, warmup: int, iters: int) -> dict:
+    """Kernel time: CUDA events over back-to-back calls on a GPU, the wall clock elsewhere."""
+    if device.type == "cuda":
+        return timing.device_ms(fn, x, warmup=warmup, iters=iters)
+    return timing.measure(fn, x, warmup=warmup, iters=iters, device=device)
 
 
 def goal_for(device: torch.device) -> tuple[str, float]:

@@ -2,7 +2,10 @@
 
 Each program quantizes a [BM, BK] tile: loads x once, computes the kernel's block max, the
 E4M3 or E8M0 scale by integer bit operations, E2M1 codes by threshold comparison, and stores
-packed codes and scale bytes (linear or 128x4 swizzled).
+packed codes and scale bytes (linear or 128x4 swizzled). ``tuned_quantize_kernel`` is the same
+kernel with its tile and warp count chosen per (M, K) by Triton's autotuner on a GPU (every
+choice gives the same bytes: the tile only decides which program computes an element).
+``finite_amax_kernel`` is the NVFP4 global scale's amax in one pass over x.
 """
 
 import triton
@@ -129,3 +132,34 @@ def quantize_kernel(
     else:
         offset = rows[:, None].to(tl.int64) * (K // BLOCK) + sf_cols[None, :]
     tl.store(sf_ptr + offset, sf_byte.to(tl.uint8), mask=sf_inside)
+
+
+TILE_CONFIGS = [
+    triton.Config({"BM": bm, "BK": bk}, num_warps=warps)
+    for bm, bk, warps in (
+        (16, 256, 4),
+        (32, 256, 4),
+        (32, 256, 8),
+        (64, 256, 8),
+        (8, 512, 4),
+        (16, 512, 4),
+        (32, 512, 8),
+        (64, 512, 8),
+        (32, 128, 4),
+        (64, 128, 4),
+        (128, 128, 8),
+    )
+]
+"""Tiles from 2K to 16K elements at 4 or 8 warps; BK a power of two and a multiple of 32."""
+
+tuned_quantize_kernel = triton.autotune(configs=TILE_CONFIGS, key=["M", "K"])(quantize_kernel)
+
+
+@triton.jit
+def finite_amax_kernel(x_ptr, out_ptr, n, CHUNK: tl.constexpr):
+    """out[0] = max(out[0], max |x| over the finite elements of this program's chunk); out must
+    start at 0. Exact: a maximum does not round, and every |x| is >= 0, so the float atomic max
+    orders like the values."""
+    offsets = tl.program_id(0).to(tl.int64) * CHUNK + tl.arange(0, CHUNK)
+    mag = tl.abs(tl.load(x_ptr + offsets, mask=offsets < n, other=0.0).to(tl.float32))
+    tl.atomic_max(out_ptr, tl.max(tl.where(mag < float("inf"), mag, 0.0), axis=0))
