@@ -172,6 +172,8 @@ def hopper_probe(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
     """What FlashInfer's FP4 quantize does on a CUDA GPU below SM100: refused, or which bytes come back."""
     if x.device.type != "cuda":
         return {"status": "not testable here", "reason": "needs a CUDA tensor (a GPU below SM100)"}
+    if probe.package_version("flashinfer-python") is None:
+        return {"status": "not testable here", "reason": "flashinfer-python is not installed"}
     major, minor = torch.cuda.get_device_capability(x.device)
     m, k = x.shape
     rows, cols = swizzled_shape(m, k // 16)
