@@ -131,12 +131,12 @@ def test_recorder_adds_with_its_notebook_and_parameters(isolated_outputs, capsys
 
 def test_committed_results_come_from_clean_trees():
     """Every committed notebook's newest run, and every figure, was made at a clean commit."""
-    for path in sorted(paths.COMMITTED_DATA.glob("*.jsonl")):
+    for path in sorted(paths.COMMITTED_DATA.rglob("*.jsonl")):  # data/gpu/<machine>/ too
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
         newest = [r for r in rows if r["run_id"] == rows[-1]["run_id"]]
         for r in newest:
             git = r["provenance"]["git"]
             assert git["dirty"] is False and len(git["commit"] or "") == 40, (path.name, git)
-    for sidecar in sorted((paths.REPO_ROOT / "figures").glob("*.json")):
+    for sidecar in sorted((paths.REPO_ROOT / "figures").rglob("*.json")):
         git = json.loads(sidecar.read_text())["provenance"]["git"]
         assert git["dirty"] is False, (sidecar.name, git)

@@ -13,7 +13,7 @@ import sys
 from collections.abc import Callable
 
 from fp4lab.core import catalog, paths, records
-from fp4lab.report import findings
+from fp4lab.report import findings, gpu
 
 _BLOCK = re.compile(
     r"(<!-- generated: (?P<name>[a-z_]+) -->\n)(?P<body>.*?)(<!-- end: (?P=name) -->)", re.S
@@ -46,6 +46,7 @@ BLOCKS: dict[str, Callable[[], str]] = {
     "notebooks": notebooks_table,
     "findings": findings.findings,
     "timings": findings.timings,
+    "gpu": gpu.gpu_findings,
 }
 
 

@@ -1,0 +1,155 @@
+"""Results measured on real GPUs: the offline bundle's runs, committed under data/gpu/<machine>/.
+
+A machine folder holds the records one ``run.sh OUT`` wrote (OUT/data), and figures/gpu/<machine>/
+its figures. Each line quotes the newest run of a notebook there at its evidence level, with the
+machine, the commit the bundle was built from and the time; nothing is re-run or recomputed
+beyond ratios of recorded numbers.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pandas as pd
+
+from fp4lab.core import evidence, paths
+from fp4lab.fp4 import throughput
+
+GPU_DATA = paths.COMMITTED_DATA / "gpu"
+NOTEBOOKS = (
+    "04_fullgraph_false_tradeoff",
+    "06_nvfp4_kernels",
+    "07_mscclpp_allreduce",
+    "08_single_batch_overlap",
+)
+
+
+def machines() -> list[Path]:
+    """The machine folders under data/gpu/, by name."""
+    return sorted(p for p in GPU_DATA.glob("*") if p.is_dir())
+
+
+def newest(folder: Path, notebook: str) -> list[dict]:
+    """The records of the newest run of ``notebook`` in a machine folder; [] when none."""
+    path = folder / f"{notebook}.jsonl"
+    if not path.exists():
+        return []
+    rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+    return [r for r in rows if r["run_id"] == rows[-1]["run_id"]]
+
+
+def _of(rows: list[dict], kind: str) -> list[dict]:
+    return [r["values"] for r in rows if r["kind"] == kind]
+
+
+def _tradeoff(rows: list[dict]) -> str:
+    names = {
+        "eager": "eager",
+        "compiled_with_breaks": "fullgraph=False with breaks",
+        "compiled_fullgraph_custom_op": "one graph with the custom op",
+    }
+    variants = _of(rows, "variant")
+    steps = ", ".join(f"{names[v['variant']]} {v['step_median_ms']:.2f} ms" for v in variants)
+    text = f"{variants[0]['layers']} FP4 layers, step without CUDA graphs: {steps}"
+    replayed = [v for v in variants if v["cuda_graph_capture"] == "ok"]
+    if replayed:
+        text += "; replayed from a CUDA graph: " + ", ".join(
+            f"{names[v['variant']]} {v['cuda_graph_median_ms']:.2f} ms "
+            f"({v['launch_overhead_share']:.0%} of its step was launch overhead)"
+            for v in replayed
+        )
+    failed = [v["variant"] for v in variants if v["cuda_graph_capture"] != "ok"]
+    text += f"; capture failed or skipped: {', '.join(failed)}" if failed else ""
+    return f"{text}; quantize kernel: {variants[0]['kernel']}"
+
+
+def _kernels(rows: list[dict]) -> str:
+    parts = []
+    for r in _of(rows, "triton_bit_exact"):
+        exact = r["triton"]["codes_equal"] and r["triton"]["scales_equal"]
+        parts.append(
+            f"Triton kernel (block {r['block_size']}) {'equals' if exact else 'DIFFERS FROM'} "
+            "the reference bit for bit"
+        )
+    for r in _of(rows, "capture_replay"):
+        equal = r["reference"]["equal"] and r["public"]["equal"]
+        parts.append(f"CUDA-graph replay of the quantize {'equal' if equal else 'DIFFERS'}")
+    kernel, goal = throughput.goal_for(_device(rows))
+    ratios = sorted(
+        (t["ratio_to_copy"], f"{t['M']}x{t['K']}")
+        for t in _of(rows, "throughput")
+        if t["kernel"] == kernel
+    )
+    if ratios:
+        (low, low_shape), (high, high_shape) = ratios[0], ratios[-1]
+        parts.append(
+            f"{kernel} (given the global scale) at {low:.0%} ({low_shape}) to {high:.0%} "
+            f"({high_shape}) of device-to-device copy, goal {goal:.0%}: "
+            f"{'met' if low >= goal else 'NOT met'}"
+        )
+    skipped = [s["check"] for s in _of(rows, "skipped")]
+    return "; ".join(parts) + (f"; skipped: {', '.join(skipped)}" if skipped else "")
+
+
+def _device(rows: list[dict]) -> object:
+    import torch
+
+    return torch.device("cuda" if rows[0]["provenance"]["gpu_count"] else "cpu")
+
+
+def _headline(rows: list[dict]) -> str:
+    summaries = _of(rows, "summary")
+    return summaries[-1]["headline"] if summaries else "no summary record"
+
+
+RESULTS = {
+    "04_fullgraph_false_tradeoff": _tradeoff,
+    "06_nvfp4_kernels": _kernels,
+    "07_mscclpp_allreduce": _headline,
+    "08_single_batch_overlap": _headline,
+}
+
+
+def _levels(rows: list[dict]) -> list[str]:
+    return evidence.check(sorted({lv for r in rows for lv in r["values"].get("evidence", [])}))
+
+
+def gpu_table() -> pd.DataFrame:
+    """One row per (machine, notebook) measured on a GPU machine: result, evidence, provenance."""
+    lines = []
+    for folder in machines():
+        for notebook in NOTEBOOKS:
+            rows = newest(folder, notebook)
+            if not rows:
+                continue
+            prov = rows[-1]["provenance"]
+            lines.append(
+                {
+                    "machine": f"{prov['device']} (SM{prov['sm']}, {prov['gpu_count']} GPU)",
+                    "notebook": notebook,
+                    "result": RESULTS[notebook](rows),
+                    "evidence": (
+                        evidence.describe(
+                            _levels(rows), prov["device"], prov["target_sm"], prov["simulated"]
+                        )
+                        if _levels(rows)
+                        else "none of the levels: measured on that machine's CPU"
+                    ),
+                    "commit": (prov["git"]["commit"] or "")[:10],
+                    "time_utc": prov["time_utc"],
+                }
+            )
+    return pd.DataFrame(lines)
+
+
+def gpu_findings() -> str:
+    """README's bullets: each GPU result with its evidence, machine, commit and time."""
+    table = gpu_table()
+    if table.empty:
+        return "- No GPU run is committed at this commit (data/gpu/ is empty).\n"
+    return "".join(
+        f"- {row.notebook} on {row.machine}: {row.result}. Evidence: {row.evidence}. "
+        f"Commit {row.commit}, {row.time_utc}.\n"
+        for row in table.itertuples()
+    )
