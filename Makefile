@@ -59,6 +59,7 @@ readme: $(STAMP)
 benchmarks: $(STAMP)
 	$(PY) benchmarks/story_timing.py --reproduce $(BENCH_ARGS)
 	$(PY) benchmarks/nvfp4_throughput.py
+	$(PY) benchmarks/fp4_api_audit.py
 
 test: lint
 	$(PY) -m pytest

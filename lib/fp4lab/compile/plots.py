@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fp4lab.compile.matrix.result import VersionResult
-from fp4lab.core import records
+from fp4lab.core import evidence, records
 from fp4lab.report import figures
 
 
@@ -49,6 +49,7 @@ def save_tradeoff_figure(rows: list[dict], notebook: str) -> Path:
         "04_fullgraph_tradeoff",
         records.provenance(),
         source=f"data/{notebook}.jsonl run {records.RUN_ID}",
+        evidence=evidence.of_values(rows),
     )
 
 
@@ -60,6 +61,7 @@ def save_version_matrix_figure(results: list[VersionResult], notebook: str) -> P
         "09_version_matrix",
         records.latest(notebook)[-1]["provenance"],
         source=f"data/{notebook}.jsonl run {records.RUN_ID}",
+        evidence=evidence.of_values([r.as_record() for r in results]),
     )
 
 

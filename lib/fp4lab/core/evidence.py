@@ -26,6 +26,11 @@ def check(levels: list[str]) -> list[str]:
     return [level for level in LEVELS if level in levels]
 
 
+def of_values(values: list[dict]) -> list[str]:
+    """Every level any of ``values`` (record values, or rows) reached, in vocabulary order."""
+    return check(sorted({level for v in values for level in v.get("evidence", [])}))
+
+
 def of_run(
     *, traced: bool, simulated: bool, kernel: str | None, replayed: bool = False
 ) -> list[str]:

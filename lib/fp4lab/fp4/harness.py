@@ -147,8 +147,10 @@ def validate(
     )
 
 
-def _save(fig: object, name: str) -> None:
-    figures.save_figure(fig, name, records.provenance(), NOTEBOOK)
+def _save(fig: object, name: str, rows: list[dict]) -> None:
+    figures.save_figure(
+        fig, name, records.provenance(), NOTEBOOK, evidence=evidence.of_values(rows)
+    )
 
 
 def error_analysis(run: Run) -> pd.DataFrame:
@@ -157,7 +159,7 @@ def error_analysis(run: Run) -> pd.DataFrame:
     run.recorder.add_all(
         "quantization_error", [{**r, "evidence": REFERENCE["evidence"]} for r in rows]
     )
-    _save(plots.plot_fp4_errors(rows), "06_fp4_error")
+    _save(plots.plot_fp4_errors(rows), "06_fp4_error", [REFERENCE])
     table = pd.DataFrame(rows).pivot_table(
         index=["distribution", "format"], values=["snr_db", "mse", "max_abs_error"]
     )
@@ -166,7 +168,7 @@ def error_analysis(run: Run) -> pd.DataFrame:
 
 def swizzle_layout(run: Run) -> dict:
     """Figure 06_swizzle_128x4, and the swizzle checked against its formula and torch's to_blocked."""
-    _save(plots.plot_swizzle_128x4(256, 8), "06_swizzle_128x4")
+    _save(plots.plot_swizzle_128x4(256, 8), "06_swizzle_128x4", [REFERENCE])
     check = {**swizzle.check_against_peers(300, 13, seed=run.seed), **REFERENCE}
     run.recorder.add("swizzle", check)
     return check
@@ -221,7 +223,7 @@ def quantize_throughput(run: Run) -> pd.DataFrame:
     run.recorder.add_all("throughput", rows)
     for name, reason in skipped.items():
         run.recorder.skip(f"throughput_{name}", reason)
-    _save(plots.plot_quantize_throughput(rows), "06_quantize_throughput")
+    _save(plots.plot_quantize_throughput(rows), "06_quantize_throughput", rows)
     goal_kernel, goal = throughput.goal_for(run.device)
     speed = pd.DataFrame(rows)
     speed["meets_goal"] = (speed["kernel"] == goal_kernel) & (speed["ratio_to_copy"] >= goal)

@@ -18,6 +18,11 @@ ALTERNATIVES = (
     ),
     ("MSCCLPP allreduce", "07_mscclpp_allreduce", "Tier 1, tested next"),
     ("Single Batch Overlap", "08_single_batch_overlap", "Tier 1, tested next"),
+    (
+        "FlashInfer FP4 API under fullgraph=True",
+        "12_fp4_api_audit",
+        "not in the story's list; every FP4 call a piecewise runner meets",
+    ),
 )
 
 

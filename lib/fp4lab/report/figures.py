@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+from fp4lab.core import evidence as levels
 from fp4lab.core import paths
 
 
@@ -24,16 +25,23 @@ def provenance_line(prov: dict) -> str:
     )
 
 
-def annotate_provenance(fig: object, prov: dict) -> None:
-    """Write the provenance line along the bottom edge of a figure."""
-    fig.text(0.01, -0.02, provenance_line(prov), fontsize=6, color="0.35", ha="left", va="top")
+def evidence_line(evidence: list[str]) -> str:
+    """``evidence: trace, simulated_target`` (core.evidence's words), or that none was reached."""
+    return f"evidence: {', '.join(levels.check(evidence)) or 'none of the levels (a measurement)'}"
 
 
-def save_figure(fig: object, name: str, prov: dict, source: str) -> Path:
-    """Write ``figures/<name>.png`` with a provenance footer, and ``<name>.json`` beside it."""
+def annotate_provenance(fig: object, prov: dict, evidence: list[str]) -> None:
+    """Write the provenance and evidence line along the bottom edge of a figure."""
+    text = f"{provenance_line(prov)} · {evidence_line(evidence)}"
+    fig.text(0.01, -0.02, text, fontsize=6, color="0.35", ha="left", va="top")
+
+
+def save_figure(fig: object, name: str, prov: dict, source: str, *, evidence: list[str]) -> Path:
+    """Write ``figures/<name>.png`` with a provenance and evidence footer, and ``<name>.json``
+    beside it; ``evidence`` is what the plotted records reached (core.evidence)."""
     folder = paths.figures_dir()
     folder.mkdir(parents=True, exist_ok=True)
-    annotate_provenance(fig, prov)
+    annotate_provenance(fig, prov, evidence)
     path = folder / f"{name}.png"
     fig.savefig(
         path,
@@ -43,7 +51,14 @@ def save_figure(fig: object, name: str, prov: dict, source: str) -> Path:
     )
     (folder / f"{name}.json").write_text(
         json.dumps(
-            {"figure": path.name, "source": source, "provenance": prov}, indent=2, sort_keys=True
+            {
+                "figure": path.name,
+                "source": source,
+                "provenance": prov,
+                "evidence": levels.check(evidence),
+            },
+            indent=2,
+            sort_keys=True,
         )
         + "\n"
     )

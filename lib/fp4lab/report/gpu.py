@@ -112,7 +112,7 @@ RESULTS = {
 
 
 def _levels(rows: list[dict]) -> list[str]:
-    return evidence.check(sorted({lv for r in rows for lv in r["values"].get("evidence", [])}))
+    return evidence.of_values([r["values"] for r in rows])
 
 
 def gpu_table() -> pd.DataFrame:

@@ -8,7 +8,7 @@ import pandas as pd
 
 from fp4lab.compile import plots as compile_plots
 from fp4lab.compile import tables
-from fp4lab.core import records
+from fp4lab.core import evidence, records
 from fp4lab.report.figures import annotate_provenance
 
 STORY_STEPS = (
@@ -93,5 +93,5 @@ def fullgraph_false_figure() -> object | None:
         print("notebook 04 has no records: run make reproduce")
         return None
     fig = compile_plots.plot_tradeoff(variants)
-    annotate_provenance(fig, rows[-1]["provenance"])
+    annotate_provenance(fig, rows[-1]["provenance"], evidence.of_values(variants))
     return fig
