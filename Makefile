@@ -3,6 +3,7 @@
 #   make reproduce NOTEBOOKS=01,05        only these notebooks (names or numbers)
 #   make reproduce TORCH=torch==2.14.1    another torch build (a CUDA one on a GPU machine)
 #   make matrix VERSIONS=0.6.3,0.7.4      the FlashInfer version matrix (notebook 09), then the report
+#   make sglang SGLANG_VERSIONS=0.5.9,0.5.21  SGLang's own compile path per release x SM (notebook 11), then the report
 #   make benchmarks [BENCH_ARGS=--cold]  the speed goals (story timing, quantize throughput) into data/
 #   make readme                           rewrite README.md's findings and timings from data/
 #   make gpu TORCH=<a CUDA torch>         notebooks 04-08 sized for one GPU (within 8 min on an H200)
@@ -12,6 +13,7 @@ PYTHON   ?= python3
 TORCH    ?= torch==2.13.0
 NOTEBOOKS ?=
 VERSIONS ?=
+SGLANG_VERSIONS ?=
 BUILD    := build
 VENV     := $(BUILD)/venv
 PY       := $(VENV)/bin/python
@@ -34,18 +36,21 @@ export PYTHONUNBUFFERED      := 1
 CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
           $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR)
 
-.PHONY: reproduce test lint lab list matrix gpu gpu-bundle benchmarks readme venv clean
+.PHONY: reproduce test lint lab list matrix sglang gpu gpu-bundle benchmarks readme venv clean
 
 # The make targets write results to the committed data/ and figures/; interactive sessions
 # (make lab, a notebook run by hand) write to build/data and build/figures.
-reproduce matrix gpu benchmarks: export FP4LAB_DATA_DIR := $(abspath data)
-reproduce matrix gpu benchmarks: export FP4LAB_FIGURES_DIR := $(abspath figures)
+reproduce matrix sglang gpu benchmarks: export FP4LAB_DATA_DIR := $(abspath data)
+reproduce matrix sglang gpu benchmarks: export FP4LAB_FIGURES_DIR := $(abspath figures)
 
 reproduce: $(STAMP)
 	$(PY) -m fp4lab.core.runner reproduce --notebooks "$(NOTEBOOKS)"
 
 matrix: $(STAMP)
 	$(PY) -m fp4lab.core.runner reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
+
+sglang: $(STAMP)
+	$(PY) -m fp4lab.core.runner reproduce --notebooks 11,10 $(if $(SGLANG_VERSIONS),--param sglang_versions=$(SGLANG_VERSIONS))
 
 gpu: $(STAMP)
 	PY=$(PY) bash scripts/gpu.sh

@@ -84,6 +84,24 @@ def _opcheck_evidence() -> str:
     )
 
 
+def _sglang_state() -> str | None:
+    """Notebook 11's decision per SGLang release and SM, or None without its records."""
+    rows = of_kind(records.latest("11_sglang_piecewise_replay"), "summary")
+    if not rows:
+        return None
+    v = rows[-1]["values"]
+    text = (
+        "per SGLang release x SM (notebook 11, SGLang's own install_torch_compiled; trace on "
+        "CPU, SM simulated): " + " | ".join(v.get("by_version") or [])
+    )
+    if v.get("sm120_specific_0_5_9"):
+        text += (
+            "; in 0.5.9 only SM120 took flashinfer.fp4_quantize directly: the story's crash "
+            "path was SM120-specific"
+        )
+    return text
+
+
 def _pcg_row(status: dict[str, dict]) -> dict:
     fixes = of_kind(records.latest("05_custom_op_fix"), "fix")
     upstream = of_kind(records.latest("05_custom_op_fix"), "upstream_op")
@@ -93,6 +111,10 @@ def _pcg_row(status: dict[str, dict]) -> dict:
     }
     state = _fix_state(fixes, variants, status)
     notes = [_story_evidence(), _opcheck_evidence()]
+    sglang = _sglang_state()
+    if sglang:  # SGLang's own answer is the status; fp4lab's custom-op result becomes evidence
+        notes.insert(0, state)
+        state = sglang
     if fixes:
         f = fixes[0]["values"]
         same = " (both sides ran the same kernel)" if f.get("compared_with_itself") else ""

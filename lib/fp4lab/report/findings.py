@@ -62,11 +62,30 @@ def _matrix_line() -> str:
     )
 
 
+def _sglang_line() -> str:
+    rows = _latest("11_sglang_piecewise_replay", "summary")
+    if not rows:
+        return "- In SGLang's own compile path: not measured at this commit."
+    v = rows[-1]["values"]
+    tail = (
+        " In SGLang 0.5.9 the NVFP4 linear method took flashinfer.fp4_quantize directly only on "
+        "SM120 (sgl_kernel's op elsewhere): the story's crash path was SM120-specific."
+        if v.get("sm120_specific_0_5_9")
+        else ""
+    )
+    return (
+        f"- In SGLang's own piecewise compile path ({', '.join(v['versions_measured'])}; trace "
+        f"on {_where(rows[-1])}): {'; '.join(v['by_version'])}.{tail}"
+    )
+
+
 def findings() -> str:
     """The README's findings, one bullet per question, from the newest records."""
     lines = [
         _story_line(),
         _matrix_line(),
+        _sglang_line(),
+        _summary_line("12_fp4_api_audit", "FlashInfer's FP4 API under fullgraph=True"),
         _summary_line("06_nvfp4_kernels", "FP4 kernels"),
         _summary_line("07_mscclpp_allreduce", "MSCCLPP allreduce"),
         _summary_line("08_single_batch_overlap", "Single Batch Overlap"),

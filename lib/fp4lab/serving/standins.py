@@ -51,10 +51,11 @@ STANDINS = (
 MANIFEST = ".fp4lab-standins.json"
 
 
-def _import_error(python: str, module: str) -> str:
-    """'' when ``module`` imports in ``python``'s environment, else the error's last line."""
+def _import_error(python: str, module: str, prelude: str = "") -> str:
+    """'' when ``module`` imports in ``python``'s environment (after ``prelude``), else the
+    error's last line."""
     done = subprocess.run(
-        [python, "-c", f"import {module}"], capture_output=True, text=True, timeout=600
+        [python, "-c", f"{prelude}import {module}"], capture_output=True, text=True, timeout=600
     )
     if done.returncode == 0:
         return ""
@@ -73,9 +74,9 @@ def site_packages(python: str) -> Path:
     return Path(done.stdout.strip())
 
 
-def apply(python: str | Path) -> tuple[list[dict], str]:
-    """Write the stand-ins the environment needs; returns what it holds and '' (or why an import
-    still fails)."""
+def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
+    """Write the stand-ins the environment needs, each import checked after ``prelude`` (code run
+    first); returns what it holds and '' (or why an import still fails)."""
     python = str(python)
     manifest = Path(python).parent.parent / MANIFEST
     applied = json.loads(manifest.read_text()) if manifest.exists() else []
@@ -83,12 +84,12 @@ def apply(python: str | Path) -> tuple[list[dict], str]:
     for standin in STANDINS:
         if standin.name in done:
             continue
-        error = _import_error(python, standin.imports)
+        error = _import_error(python, standin.imports, prelude)
         if not error:
             continue
         target = site_packages(python) / standin.path
         target.write_text(standin.text)
-        still = _import_error(python, standin.imports)
+        still = _import_error(python, standin.imports, prelude)
         if still:
             return applied, f"import {standin.imports} fails even with fp4lab's stand-in: {still}"
         applied.append(

@@ -1,0 +1,99 @@
+"""The decision re-decided per SGLang version and SM, from what each version's records say.
+
+For each (version, SM): the quantize SGLang's NVFP4 linear method took there, what compiling
+that path through SGLang's own backend gave (blocked at which of the story's signatures, or
+compiled through which op, with SGLang's graph and piecewise counts), and the piecewise flag
+the release's own ``server_args.py`` offers.
+"""
+
+from __future__ import annotations
+
+from fp4lab.core import evidence
+
+STORY_SIGNATURES = ("subprocess", "file_io", "compiler_disable_under_fullgraph")
+"""The story's three blockers (nvcc query, the JIT's file I/O, the compiler.disable patch)."""
+
+OUTCOMES = ("blocked", "compiles", "not traceable here", "not measured")
+
+
+def flag_to_use(options: list[dict]) -> str:
+    """How a user turns the torch.compile piecewise path on in this release, from its parser."""
+    spelled = {name: o for o in options for name in o["options"]}
+    for flag in ("--enable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph"):
+        if flag in spelled:
+            return flag
+    prefill = spelled.get("--cuda-graph-backend-prefill")
+    if prefill and "tc_piecewise" in (prefill.get("choices") or []):
+        return "--cuda-graph-backend-prefill tc_piecewise"
+    if prefill:
+        choices = "|".join(prefill.get("choices") or [])
+        return f"none: --cuda-graph-backend-prefill {choices} (the piecewise flags are gone)"
+    return "none"
+
+
+def blockers(chain: list[dict]) -> list[str]:
+    """The story's signatures met in a chain, in order."""
+    return [r["signature"] for r in chain if r["signature"] in STORY_SIGNATURES]
+
+
+def cell(version: str, sm: str, selection: dict, replay: dict) -> dict:
+    """One (version, SM) row of the decision table."""
+    kind = selection.get("implementation", "none")
+    chain = selection.get("chain", [])
+    final = chain[-1] if chain else {}
+    levels = evidence.of_values(chain)
+    row = {"sglang_version": version, "sm": sm, "quantize": kind,
+           "quantize_object": selection.get("object"), "fake_registered": selection.get("fake_registered"),
+           "flag": flag_to_use(selection.get("piecewise_options", [])), "blocked_at": None, "compiles_through": None,
+           "graphs": None, "piecewise_graphs": None, "evidence": levels}  # fmt: skip
+    if selection.get("error") or selection.get("import_error"):
+        why = selection.get("error") or selection.get("import_error")
+        return {**row, "outcome": "not measured", "note": why}
+    if kind == "sgl_kernel_op" and not selection.get("op_exists"):
+        return {**row, "outcome": "not traceable here",
+                "note": "sgl_kernel's op library is a CUDA-only binary: its op does not exist on CPU"}  # fmt: skip
+    if final.get("signature") == "ok":
+        counter = final.get("sglang_counter", {})
+        return {**row, "outcome": "compiles", "compiles_through": selection.get("object"),
+                "graphs": counter.get("num_graphs_seen"),
+                "piecewise_graphs": counter.get("num_piecewise_graphs_seen"), "note": ""}  # fmt: skip
+    met = blockers(chain) or [final.get("signature")]
+    op = (
+        replay.get("sglang_op", {})
+        if replay.get("sglang_op", {}).get("signature") == "ok"
+        else replay.get("fp4lab_op", {})
+    )
+    fix = op.get("op") if op.get("signature") == "ok" else None
+    return {**row, "outcome": "blocked", "blocked_at": met[0], "compiles_through": fix,
+            "graphs": op.get("sglang_counter", {}).get("num_graphs_seen") if fix else None,
+            "piecewise_graphs": op.get("sglang_counter", {}).get("num_piecewise_graphs_seen") if fix else None,
+            "note": f"chain: {' -> '.join(r['signature'] for r in chain)}" + (
+                "" if fix else f"; with a wrapped op: {op.get('cause') or op.get('message')}")}  # fmt: skip
+
+
+def sm120_specific(rows: list[dict], version: str) -> bool | None:
+    """Whether, in ``version``, only SM120 takes FlashInfer's quantize directly (None: unknown)."""
+    mine = {r["sm"]: r["quantize"] for r in rows if r["sglang_version"] == version}
+    if "12.0" not in mine or len(mine) < 2 or "none" in mine.values():
+        return None
+    others = [kind for sm, kind in mine.items() if sm != "12.0"]
+    return mine["12.0"] == "flashinfer_direct" and "flashinfer_direct" not in others
+
+
+def compact(rows: list[dict]) -> list[str]:
+    """One line per version, SMs with the same outcome grouped: the decision report's quote."""
+    lines = []
+    for version in dict.fromkeys(r["sglang_version"] for r in rows):
+        groups: dict[str, list[str]] = {}
+        for r in (r for r in rows if r["sglang_version"] == version):
+            if r["outcome"] == "blocked":
+                what = f"blocked at {r['blocked_at']} ({r['quantize']})"
+            elif r["outcome"] == "compiles":
+                what = f"compiles through {r['compiles_through']}"
+            else:
+                what = f"{r['quantize']}: {r['outcome']}"
+            groups.setdefault(what, []).append(f"SM{r['sm']}")
+        said = "; ".join(f"{'/'.join(sms)} {what}" for what, sms in groups.items())
+        flag = rows[[r["sglang_version"] for r in rows].index(version)]["flag"]
+        lines.append(f"SGLang {version}: {said}; flag: {flag}")
+    return lines

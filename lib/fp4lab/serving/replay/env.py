@@ -1,0 +1,161 @@
+"""One environment per SGLang version for its compile path, under build/sglang-compile/<version>/.
+
+What SGLang's piecewise compile path and its NVFP4 linear method import on a CPU machine, and
+nothing of its server: torch at the project's CPU pin, the FlashInfer release SGLang pins (with
+its own dependencies), ``sglang==<version>`` and its kernel package without dependencies, and
+the import set of ``IMPORT_PACKAGES`` at the versions the release pins. Where the release pins
+another torch (2.8, 2.9.1, 2.11, 2.14.1: no CPU wheel at hand), SGLang runs on torch 2.13.0 and
+the records say so. Built and reused by ``core.venvs`` (one shared pip download cache); a
+version that fails to download or install is returned with the reason, never raised.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+from packaging.utils import canonicalize_name
+
+from fp4lab.core import paths, venvs
+from fp4lab.serving import sglang_env, standins
+
+TORCH = "2.13.0"
+"""The torch every environment gets: the project's CPU pin."""
+
+IMPORT_PACKAGES = (
+    "numpy", "orjson", "psutil", "pybase64", "pillow", "fastapi", "msgspec", "transformers",
+    "pydantic", "pyzmq", "uvicorn", "uvloop", "setproctitle", "xxhash", "partial_json_parser",
+    "interegular", "python-multipart", "prometheus-client", "IPython", "aiohttp", "dill",
+    "sentencepiece", "requests", "tqdm", "einops", "packaging", "regex", "triton", "scipy",
+    "openai", "torchvision", "compressed-tensors", "gguf",
+)  # fmt: skip
+"""What importing SGLang's compilation package and ``modelopt_quant`` needs (read from its
+imports); its server, model loaders and CUDA kernels stay out."""
+
+FLASHINFER_WHEEL_FOR = {"0.4.0": "0.5.0", "0.4.1": "0.5.0"}
+"""FlashInfer releases before 0.5.0 ship no wheel (a source archive whose build needs CUDA):
+the first release with one stands in, and the records say so."""
+
+PRELUDE = "import sys; sys.path.insert(0, {lib!r}); import fp4lab.compile.target; "
+"""Run before each stand-in's import check: FlashInfer imported as the child imports it (some
+releases query GPU 0 at import; ``compile.target`` stages that on CPU), before sgl_kernel."""
+
+
+@dataclass
+class CompileEnv:
+    """One version's environment: how it was obtained, its pins and where they differ."""
+
+    version: str
+    status: str  # built | reused | failed
+    seconds: float = 0.0
+    env_bytes: int = 0
+    error: str = ""
+    pins: dict[str, str] = field(default_factory=dict)
+    installed: dict[str, str] = field(default_factory=dict)
+    differs: list[str] = field(default_factory=list)
+    standins: list[dict] = field(default_factory=list)
+
+    @property
+    def ok(self) -> bool:
+        return self.status != "failed"
+
+    @property
+    def python(self) -> Path:
+        return env_dir(self.version) / "venv" / "bin" / "python"
+
+    def as_record(self) -> dict:
+        return asdict(self)
+
+
+def env_dir(version: str) -> Path:
+    return paths.build_dir() / "sglang-compile" / version
+
+
+def download_wheel(version: str) -> tuple[Path | None, str]:
+    """The sglang wheel of ``version`` (downloaded once into the environment's folder), or why not."""
+    folder = env_dir(version) / "wheel"
+    found = sorted(folder.glob("sglang-*.whl"))
+    if found:
+        return found[0], ""
+    folder.mkdir(parents=True, exist_ok=True)
+    command = ["download", "-q", "--no-deps", f"sglang=={version}", "-d", str(folder)]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", *command],
+        capture_output=True,
+        text=True,
+        env=venvs.pip_environment(),
+    )
+    found = sorted(folder.glob("sglang-*.whl"))
+    if done.returncode or not found:
+        for empty in (folder, env_dir(version)):  # leave nothing behind for a missing release
+            with contextlib.suppress(OSError):
+                empty.rmdir()
+        tail = [line for line in done.stderr.splitlines() if line.startswith("ERROR")][-2:]
+        return None, f"pip could not download sglang=={version}: {' | '.join(tail)}"
+    return found[0], ""
+
+
+PINNED = ("torch", "flashinfer-python", *sglang_env.KERNEL_PACKAGES, "transformers")
+"""The pins every record shows."""
+
+
+def release_pins(wheel: Path) -> dict[str, str]:
+    """Every unconditional requirement of the release, by normalised name: its specifier."""
+    return {n: str(r.specifier) for n, r in sglang_env.release_requirements(wheel).items()}
+
+
+def pip_steps(version: str, pins: dict[str, str]) -> list[list[str]]:
+    """FlashInfer (with its dependencies) on the CPU torch, sglang and its kernel package without
+    theirs, then the import set at the release's pins; torch is held at TORCH in every step."""
+    torch = f"torch=={TORCH}"
+    flashinfer = f"flashinfer-python{pins.get('flashinfer-python', '')}"
+    kernels = [f"{k}{pins[k]}" for k in sglang_env.KERNEL_PACKAGES if k in pins]
+    imports = [f"{name}{pins.get(canonicalize_name(name), '')}" for name in IMPORT_PACKAGES]
+    return [
+        ["install", "-q", torch, flashinfer],
+        ["install", "-q", "--no-deps", f"sglang=={version}", *kernels],
+        ["install", "-q", *imports, torch],
+    ]
+
+
+def _installed(python: Path) -> dict[str, str]:
+    names = ["torch", "flashinfer-python", *sglang_env.KERNEL_PACKAGES, "transformers", "triton"]
+    code = (
+        "import importlib.metadata as m, json\n"
+        f"out = {{}}\nfor n in {names!r}:\n"
+        "    try: out[n] = m.version(n)\n    except m.PackageNotFoundError: pass\nprint(json.dumps(out))"
+    )
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True)
+    return json.loads(done.stdout)
+
+
+def ensure_env(version: str) -> CompileEnv:
+    """Build or reuse build/sglang-compile/<version>/venv; a failure is returned with its reason."""
+    wheel, error = download_wheel(version)
+    if wheel is None:
+        return CompileEnv(version, "failed", error=error)
+    requirements = release_pins(wheel)
+    pins = {n: requirements[n] for n in PINNED if n in requirements}
+    pinned = requirements.get("flashinfer-python", "").removeprefix("==")
+    if pinned in FLASHINFER_WHEEL_FOR:
+        requirements["flashinfer-python"] = f"=={FLASHINFER_WHEEL_FOR[pinned]}"
+    environment = venvs.ensure(env_dir(version) / "venv", pip_steps(version, requirements))
+    result = CompileEnv(version, environment.status, environment.seconds, pins=pins)
+    if environment.status == "failed":
+        result.error = environment.error
+        return result
+    result.env_bytes = environment.bytes
+    result.installed = _installed(environment.python)
+    result.differs = [
+        f"{name}: release pins {pins[name]}, installed {have}"
+        for name, have in result.installed.items()
+        if name in pins and pins[name].startswith("==") and pins[name][2:] != have.split("+")[0]
+    ]
+    prelude = PRELUDE.format(lib=str(paths.REPO_ROOT / "lib"))
+    result.standins, result.error = standins.apply(environment.python, prelude)
+    result.status = "failed" if result.error else result.status
+    return result

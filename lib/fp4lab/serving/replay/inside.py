@@ -1,0 +1,246 @@
+"""Inside one SGLang environment: the GPU SGLang is made to see, its runtime stand-ins, and one
+compile through SGLang's own entry point (``install_torch_compiled`` with ``SGLangBackend``).
+
+Nothing here reimplements SGLang: the module under test is handed to the installed release's
+``install_torch_compiled`` (as its piecewise runner does, ``fullgraph=True``) and called inside
+the release's own "compiled" context managers, whichever of them the release has. Every
+patch and stand-in is returned as data, so the records list it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import inspect
+import sys
+import time
+import traceback
+import types
+from collections.abc import Callable, Iterator
+from typing import Any
+
+import torch
+
+from fp4lab.compile import frames, target, trace
+
+CUDA_VERSION = "12.9"
+"""The CUDA build torch claims while SGLang is made to see a GPU (SGLang requires >= 12.8)."""
+
+WEAK_REF_MODULES = (
+    "sglang.srt.compilation.weak_ref_tensor",
+    "sglang.srt.compilation.weak_ref_tensor_jit",
+    "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor",
+)
+"""Where releases keep ``weak_ref_tensor`` (it raises off CUDA/NPU, or JIT-builds a CUDA kernel)."""
+
+COMPILED_CONTEXTS = (
+    ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph", ()),
+    ("sglang.srt.compilation.compile", "set_compiled", (True,)),
+    ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph_compile", ()),
+    (
+        "sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph.context_manager",
+        "enable_tc_piecewise_cuda_graph",
+        (),
+    ),
+    ("sglang.srt.compilation.compile_phase", "enable_torch_compile_warmup", ()),
+)
+"""The context managers SGLang's piecewise runner enters around its compile warm-up, in its
+order (0.5.3-0.5.1x: the first three; tc_piecewise releases: the last two); each release has
+some of them."""
+
+
+@contextlib.contextmanager
+def simulated_gpu(sm: tuple[int, int]) -> Iterator[list[str]]:
+    """torch answering SGLang's device queries as a CUDA build on one GPU of ``sm``; yields what
+    was patched. Enter before SGLang is imported: it reads the SM at import time."""
+    props = types.SimpleNamespace(
+        name=f"simulated SM{sm[0]}{sm[1]}", major=sm[0], minor=sm[1],
+        multi_processor_count=132, total_memory=80 * 2**30,
+    )  # fmt: skip
+    patches = {
+        "is_available": lambda: True,
+        "device_count": lambda: 1,
+        "current_device": lambda: 0,
+        "get_device_capability": lambda device=None: sm,
+        "get_device_properties": lambda device=None: props,
+        "get_device_name": lambda device=None: props.name,
+    }
+    with contextlib.ExitStack() as stack:
+        for name, value in patches.items():
+            stack.enter_context(target.attribute_replaced(torch.cuda, name, value))
+        done = [f"torch.cuda.{name}" for name in patches]
+        if torch.version.cuda is None:
+            stack.enter_context(target.attribute_replaced(torch.version, "cuda", CUDA_VERSION))
+            done.append(f"torch.version.cuda = {CUDA_VERSION!r}")
+        yield done
+
+
+@contextlib.contextmanager
+def absent_kernel_fakes_skipped() -> Iterator[list[str]]:
+    """``torch.library.register_fake`` skipping ``sgl_kernel::`` ops that do not exist (their
+    CUDA-only library is not loaded); yields the ops skipped. SGLang registers fakes for them
+    at import when it believes it runs on CUDA."""
+    skipped: list[str] = []
+    original = torch.library.register_fake
+
+    def register_fake(op: Any, fn: Any = None, /, *args: Any, **kwargs: Any) -> Any:
+        name = op if isinstance(op, str) else ""
+        if name.startswith("sgl_kernel::") and not hasattr(torch.ops.sgl_kernel, name[12:]):
+            skipped.append(name)
+            return fn if fn is not None else (lambda f: f)
+        return (
+            original(op, fn, *args, **kwargs) if fn is not None else original(op, *args, **kwargs)
+        )
+
+    with target.attribute_replaced(torch.library, "register_fake", register_fake):
+        yield skipped
+
+
+def _identity_weak_ref(name: str) -> types.ModuleType:
+    module = types.ModuleType(name, "fp4lab stand-in: weak_ref_tensor as the identity (CPU)")
+
+    def weak_ref_tensors(tensors: Any) -> Any:
+        return type(tensors)(tensors) if isinstance(tensors, (list, tuple)) else tensors
+
+    module.weak_ref_tensor = lambda tensor: tensor
+    module.weak_ref_tensors = weak_ref_tensors
+    return module
+
+
+def runtime_standins() -> list[dict]:
+    """The runtime stand-ins SGLang's compile path needs on CPU, each listed: ``weak_ref_tensor``
+    as the identity where the release's module exists, and a one-process gloo group."""
+    import importlib.util
+
+    listed = []
+    for name in WEAK_REF_MODULES:
+        try:
+            found = importlib.util.find_spec(name) is not None
+        except ModuleNotFoundError:
+            found = False
+        if found and name not in sys.modules:
+            sys.modules[name] = _identity_weak_ref(name)
+            listed.append(
+                {"name": "weak_ref_tensor_identity", "module": name, "why": "weak_ref_tensor "
+                 "raises NotImplementedError off CUDA/XPU/NPU (or JIT-builds a CUDA kernel); the "
+                 "identity keeps the tensor itself, which CPU never frees early"}
+            )  # fmt: skip
+    if not torch.distributed.is_initialized():
+        store = torch.distributed.HashStore()
+        torch.distributed.init_process_group("gloo", store=store, rank=0, world_size=1)
+        listed.append(
+            {"name": "gloo_one_process_group", "module": "torch.distributed", "why":
+             "SGLangBackend.__call__ asks torch.distributed.get_rank(); one process answers 0"}
+        )  # fmt: skip
+    return listed
+
+
+def _attribute(module: str, name: str) -> Any:
+    try:
+        return getattr(importlib.import_module(module), name, None)
+    except ImportError:
+        return None
+
+
+def compiled_contexts() -> list[tuple[str, Callable[[], contextlib.AbstractContextManager]]]:
+    """The release's own "compiled" context managers of COMPILED_CONTEXTS, by qualified name."""
+    found = []
+    for module, name, args in COMPILED_CONTEXTS:
+        manager = _attribute(module, name)
+        if manager is not None:
+            found.append((f"{module}.{name}", lambda m=manager, a=args: m(*a)))
+    return found
+
+
+def counter() -> dict[str, int]:
+    """SGLang's compilation counter (``compilation_counter``) as it stands."""
+    from sglang.srt.compilation.compilation_counter import compilation_counter
+
+    return dataclasses.asdict(compilation_counter)
+
+
+def sglang_frames(tb: traceback.StackSummary) -> list[frames.Frame]:
+    """The frames of SGLang's own code in a traceback."""
+    return [f for f in frames.user_frames(tb) if "sglang/" in f.file]
+
+
+@dataclasses.dataclass
+class Compiled:
+    """One module compiled and called through SGLang's entry point."""
+
+    outcome: trace.TraceOutcome
+    counts: dict[str, int]
+    split_ops: list[str]
+    contexts: list[str]
+    sglang_frames: list[str]
+    cause: str = ""
+
+    def as_record(self) -> dict:
+        keep = ("num_graphs_seen", "num_piecewise_graphs_seen", "num_piecewise_capturable_graphs_seen",
+                "num_backend_compilations", "num_eager_compiles", "num_inductor_compiles")  # fmt: skip
+        return {
+            **self.outcome.as_record(),
+            "sglang_counter": {k: v for k, v in self.counts.items() if k in keep},
+            "split_ops": self.split_ops,
+            "sglang_contexts": self.contexts,
+            "sglang_frames": self.sglang_frames,
+            "cause": self.cause,
+            "entry": "sglang.srt.compilation.compile.install_torch_compiled",
+            "backend": "sglang.srt.compilation.backend.SGLangBackend",
+        }
+
+
+def compile_through_sglang(module: torch.nn.Module, x: torch.Tensor) -> Compiled:
+    """``install_torch_compiled(module, fullgraph=True, compile_config=...)`` as the piecewise
+    runner calls it, then ``module(x)`` inside the release's compiled contexts; never raises for a
+    compile failure. The outcome's frames are SGLang's frames around the compile, then dynamo's
+    real stack of the traced code."""
+    from sglang.srt.compilation.compilation_config import CompilationConfig
+    from sglang.srt.compilation.compile import install_torch_compiled
+
+    torch._dynamo.reset()
+    accepts = inspect.signature(CompilationConfig).parameters
+    config = CompilationConfig(
+        [x.shape[0]], **({"compiler": "eager"} if "compiler" in accepts else {})
+    )
+    # SGLang asserts a graph pool; CPU captures no CUDA graph, so any object stands for it. The
+    # token dimension is dynamic, as the runner's inference from ``forward``'s annotations gives
+    # (0.5.3 cannot read the string annotations of a ``from __future__ import annotations`` file).
+    install_torch_compiled(
+        module,
+        dynamic_arg_dims={"x": 0},
+        fullgraph=True,
+        compile_config=config,
+        graph_pool=object(),
+    )
+    contexts = compiled_contexts()
+    before = counter()
+    outcome = trace.TraceOutcome(status="compiled", fullgraph=True, backend="sglang", seconds=0.0)
+    found: list[frames.Frame] = []
+    cause = ""
+    started = time.perf_counter()
+    try:
+        with contextlib.ExitStack() as stack:
+            for _, enter in contexts:
+                stack.enter_context(enter())
+            outcome.output = module(x)
+    except Exception as exc:  # compile failures are what is measured
+        unsupported = isinstance(exc, torch._dynamo.exc.Unsupported)
+        outcome.status = "unsupported" if unsupported else "runtime_error"
+        outcome.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
+        parsed = trace.parse_message(str(exc))
+        outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = parsed
+        outcome.gb_type = getattr(exc, "gb_type", None) or None
+        cause = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), "")
+        found = sglang_frames(traceback.extract_tb(exc.__traceback__))
+        real = getattr(exc, "real_stack", None) or traceback.extract_tb(exc.__traceback__)
+        outcome.frames = found + [f for f in frames.user_frames(real) if f not in found]
+    outcome.seconds = time.perf_counter() - started
+    after = counter()
+    counts = {k: after[k] - before[k] for k in after}
+    if outcome.status == "compiled":
+        outcome.graph_count, outcome.graph_break_count = counts["num_graphs_seen"], 0
+    split_ops = list(getattr(config, "split_ops", []))
+    names = [n for n, _ in contexts]
+    return Compiled(outcome, counts, split_ops, names, [str(f) for f in found], cause)

@@ -1,0 +1,75 @@
+"""Notebook 11's figure and table: SGLang version down, simulated SM across, each cell the
+quantize SGLang took there and what compiling it through SGLang's backend gave."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from fp4lab.core import evidence, records
+from fp4lab.report import figures
+
+COLOURS = {"blocked": "#d62728", "compiles": "#2ca02c", "not traceable here": "#bbbbbb",
+           "not measured": "#eeeeee"}  # fmt: skip
+SHORT = {"flashinfer_direct": "flashinfer.fp4_quantize", "sglang_op": "sglang op",
+         "sgl_kernel_op": "sgl_kernel op", "none": "none", "other": "other"}  # fmt: skip
+
+
+def table(rows: list[dict]) -> object:
+    """The decision table as a DataFrame: version x SM, outcome, op, counts, flag."""
+    import pandas as pd
+
+    keep = ["sglang_version", "sm", "quantize", "outcome", "blocked_at", "compiles_through",
+            "graphs", "piecewise_graphs", "fake_registered", "flag"]  # fmt: skip
+    return pd.DataFrame([{k: r.get(k) for k in keep} for r in rows])
+
+
+def calls_table(notebook: str) -> object:
+    """Every FlashInfer FP4 call of each version's source (latest run), file:line, direct or wrapped."""
+    import pandas as pd
+
+    found = [r["values"] for r in records.latest(notebook) if r["kind"] == "flashinfer_fp4_calls"]
+    return pd.DataFrame([
+        {"sglang_version": f["sglang_version"], "where": f"{c['file']}:{c['line']}",
+         "call": c["call"], "entry_point": c["entry_point"], "function": c["function"],
+         "wrapped": c["wrapped"], "also_bound_from": ", ".join(c["also_bound_from"])}
+        for f in found for c in f["calls"]
+    ])  # fmt: skip
+
+
+def plot_decision(rows: list[dict]) -> object:
+    """Versions down, SMs across; a cell says the quantize taken and blocked-at / compiles."""
+    import matplotlib.pyplot as plt
+
+    version_list = list(dict.fromkeys(r["sglang_version"] for r in rows))
+    sm_list = sorted({r["sm"] for r in rows}, key=lambda s: float(s))
+    fig, ax = plt.subplots(figsize=(3.6 * len(sm_list) + 2.5, 0.8 * len(version_list) + 1.4))
+    for r in rows:
+        x, y = sm_list.index(r["sm"]), version_list.index(r["sglang_version"])
+        colour = COLOURS.get(r["outcome"], "#cccccc")
+        ax.add_patch(plt.Rectangle((x, y), 0.96, 0.9, color=colour))
+        detail = f"at {r['blocked_at']}" if r["outcome"] == "blocked" else r["outcome"]
+        if r["graphs"] is not None:
+            through = f"with {r['compiles_through']}: " if r["outcome"] == "blocked" else ""
+            detail += f"\n{through}{r['graphs']} graph / {r['piecewise_graphs']} piecewise"
+        ax.text(x + 0.48, y + 0.45, f"{SHORT.get(r['quantize'], r['quantize'])}\n{detail}",
+                ha="center", va="center", fontsize=7)  # fmt: skip
+    flags = {r["sglang_version"]: r["flag"].split(" (")[0] for r in rows}
+    ax.set_xlim(0, len(sm_list))
+    ax.set_ylim(len(version_list), 0)
+    ax.set_xticks([i + 0.48 for i in range(len(sm_list))], [f"SM{s}" for s in sm_list])
+    ax.set_yticks([i + 0.45 for i in range(len(version_list))],
+                  [f"{v}\n{flags[v]}" for v in version_list], fontsize=7)  # fmt: skip
+    ax.set_title("NVFP4 linear quantize through SGLang's piecewise compile (fullgraph=True)")
+    return fig
+
+
+def save_decision_figure(rows: list[dict], notebook: str) -> Path:
+    """``plot_decision`` saved as figures/11_sglang_piecewise_replay.png with the provenance of
+    the notebook's last record."""
+    return figures.save_figure(
+        plot_decision(rows),
+        "11_sglang_piecewise_replay",
+        records.latest(notebook)[-1]["provenance"],
+        source=f"data/{notebook}.jsonl run {records.RUN_ID}",
+        evidence=evidence.of_values(rows),
+    )

@@ -1,0 +1,66 @@
+"""The SGLang versions the replay measures, the simulated SMs, and the checks that name them.
+
+Each check raises before any install, naming the parameter and its allowed values.
+"""
+
+from __future__ import annotations
+
+DEFAULT_VERSIONS = ("0.5.3.post2", "0.5.9", "0.5.12", "0.5.21", "0.5.23")
+"""The first release with piecewise CUDA graphs (``piecewise_cuda_graph_runner.py``,
+``--enable-piecewise-cuda-graph``); the story's era; the first with SGLang's quantize wrapper
+``torch.ops.sglang.flashinfer_fp4_quantize`` (absent in 0.5.11); the last whose parser still
+offers the torch.compile piecewise backend (``--cuda-graph-backend-prefill tc_piecewise``); the
+newest (``full|breakable|disabled`` only). Each was read from the released wheel."""
+
+VERSIONS = (
+    "0.5.3.post2", "0.5.3.post3", "0.5.4", "0.5.5", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10",
+    "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
+    "0.5.20", "0.5.21", "0.5.22", "0.5.23",
+)  # fmt: skip
+"""Every release from the first with piecewise CUDA graphs to the newest (the main ones)."""
+
+TEST_VERSIONS = ("0.5.9", "0.5.21")
+"""What ``make test`` runs: the story's era and the last release offering the piecewise backend."""
+
+SMS = {"9.0": (9, 0), "10.0": (10, 0), "12.0": (12, 0)}
+"""The simulated targets: Hopper (H100/H200), datacenter Blackwell (B200), RTX PRO 6000 Blackwell."""
+
+STORY_VERSION, STORY_SM = "0.5.9", "12.0"
+"""Where the story happened: SGLang 0.5.9 on an RTX PRO 6000 (SM120)."""
+
+
+def _as_list(value: list[str] | tuple[str, ...] | str, name: str) -> list[str]:
+    if isinstance(value, str):
+        value = [v.strip() for v in value.split(",") if v.strip()]
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(f"{name}={value!r} must be a comma-separated string or a list of strings")
+    if not value:
+        raise ValueError(f"{name} is empty; give one or more values")
+    return list(dict.fromkeys(value))
+
+
+def check_versions(
+    versions: list[str] | tuple[str, ...] | str, extra: tuple[str, ...] = ()
+) -> list[str]:
+    """SGLang versions as given (a list or one comma-separated string), duplicates dropped; each
+    must be in VERSIONS (or ``extra``: a version to try as given, e.g. to record a failed install).
+    """
+    versions = _as_list(versions, "sglang_versions")
+    for v in versions:
+        if v not in VERSIONS and v not in extra:
+            raise ValueError(
+                f"sglang_versions contains {v!r}, which is not allowed; allowed values: "
+                f"{', '.join(VERSIONS)}"
+            )
+    return versions
+
+
+def check_sms(sms: list[str] | tuple[str, ...] | str) -> list[str]:
+    """Simulated SMs as written ("12.0"), each one of SMS."""
+    sms = _as_list(sms, "sms")
+    for sm in sms:
+        if sm not in SMS:
+            raise ValueError(
+                f"sms contains {sm!r}, which is not allowed; allowed values: {', '.join(SMS)}"
+            )
+    return sms

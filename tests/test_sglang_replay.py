@@ -1,0 +1,161 @@
+"""Notebook 11: the story through SGLang's own compile path, release by release, SM by SM.
+
+Bad versions and SMs are refused before any install; an install that fails is recorded and the
+other releases go on; the notebook, run on two releases (``versions.TEST_VERSIONS``), names the
+quantize SGLang takes on each SM, reproduces the story's three signatures through SGLang 0.5.9's
+``install_torch_compiled`` with SGLang's frames in the stack, and compiles the same layer through
+SGLang's backend with a wrapped op (SGLang's counts, output equal to eager).
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from fp4lab.core import catalog, paths, records, runner
+from fp4lab.serving.replay import decide, env, scan, study, versions
+
+STORY_SIGNATURES = ["subprocess", "file_io", "compiler_disable_under_fullgraph"]
+SGLANG_COMPILE = "sglang/srt/compilation/compile.py"
+NAME = "11_sglang_piecewise_replay"
+
+
+@pytest.mark.parametrize(
+    ("given", "sms", "named"),
+    [(["0.5.99"], ["12.0"], "sglang_versions"), ("0.5.9", ["8.0"], "sms"),
+     (17, ["12.0"], "sglang_versions"), (["0.5.9"], 12.0, "sms"), ([], ["9.0"], "sglang_versions")],
+)  # fmt: skip
+def test_bad_versions_and_sms_are_refused_before_any_install(given, sms, named):
+    with pytest.raises(ValueError, match=named) as raised:
+        study.prepare(given, sms)
+    if "not allowed" in str(raised.value):
+        assert "allowed values: " in str(raised.value)
+    assert not (paths.build_dir() / "sglang-compile" / "0.5.99").exists()
+
+
+def test_the_scan_names_direct_and_wrapped_calls(tmp_path):
+    source = tmp_path / "sglang" / "srt" / "m.py"
+    source.parent.mkdir(parents=True)
+    source.write_text(
+        "from flashinfer import fp4_quantize as fq, mm_fp4\nimport flashinfer\n"
+        "from sgl_kernel import scaled_fp4_quant as fq\n"
+        "def a(x):\n    return fq(x)\n"
+        "def b(x):\n    return mm_fp4(x)\n"
+        "b = register_custom_op_from_extern(b, op_name='b')\n"
+        "def c(x):\n    return flashinfer.nvfp4_quantize(x)\n"
+    )
+    rows = scan.scan(tmp_path / "sglang")
+    assert [(r["line"], r["entry_point"], r["wrapped"]) for r in rows] == [
+        (5, "flashinfer.fp4_quantize", False),
+        (7, "flashinfer.mm_fp4", True),
+        (10, "flashinfer.nvfp4_quantize", False),
+    ]
+    assert rows[0]["also_bound_from"] == ["sgl_kernel.scaled_fp4_quant"]
+    assert [r["line"] for r in scan.direct(rows)] == [5, 10]
+
+
+def test_a_failed_install_is_recorded_and_the_others_go_on(isolated_outputs):
+    rec = records.Recorder("11_sglang_piecewise_replay", {"sglang_versions": ["0.5.99", "0.5.9"],
+                                                         "sms": ["12.0"]})  # fmt: skip
+    rows = study.measure_and_record(rec, extra=("0.5.99",))
+    found = records.latest(rec.notebook)
+    failed = [
+        r["values"]
+        for r in found
+        if r["kind"] == "environment" and r["values"]["status"] == "failed"
+    ]
+    assert [f["version"] for f in failed] == ["0.5.99"]
+    assert "sglang==0.5.99" in failed[0]["error"]
+    assert [(r["sglang_version"], r["sm"], r["quantize"]) for r in rows] == [
+        ("0.5.9", "12.0", "flashinfer_direct")
+    ]
+    summary = [r["values"] for r in found if r["kind"] == "summary"][-1]
+    assert summary["versions_measured"] == ["0.5.9"] and "0.5.99" in summary["versions_failed"]
+
+
+@pytest.fixture(scope="module")
+def notebook_records(tmp_path_factory):
+    """Notebook 11 run once on the two test releases and every SM; its records, and whether its
+    figure was written (records and figures in a temporary folder)."""
+    out = tmp_path_factory.mktemp("notebook11")
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setenv("FP4LAB_DATA_DIR", str(out / "data"))
+        patch.setenv("FP4LAB_FIGURES_DIR", str(out / "figures"))
+        (nb,) = [n for n in catalog.notebooks() if n.name == NAME]
+        parameters = {"sglang_versions": list(versions.TEST_VERSIONS), "sms": list(versions.SMS)}
+        runner.execute(nb, out / "executed", parameters)
+        figure = (paths.figures_dir() / f"{NAME}.png").exists()
+        return [*records.read(NAME), {"kind": "figure", "values": {"written": figure}}]
+
+
+def _of(found: list[dict], kind: str) -> list[dict]:
+    return [r["values"] for r in found if r["kind"] == kind]
+
+
+def test_sglang_0_5_9_takes_flashinfer_directly_only_on_sm120(notebook_records):
+    chosen = {
+        r["sm"]: r for r in _of(notebook_records, "selection") if r["sglang_version"] == "0.5.9"
+    }
+    assert chosen["12.0"]["implementation"] == "flashinfer_direct"
+    assert chosen["12.0"]["object"] == "flashinfer.fp4_quantization.fp4_quantize"
+    for sm in ("9.0", "10.0"):
+        assert chosen[sm]["implementation"] == "sgl_kernel_op"
+        assert chosen[sm]["op"] == "sgl_kernel::scaled_fp4_quant"
+    assert all(r["call_site"].startswith("sglang/srt/layers/quantization/modelopt_quant.py:")
+               for r in chosen.values())  # fmt: skip
+    summary = _of(notebook_records, "summary")[-1]
+    assert summary["sm120_specific_0_5_9"] is True
+    assert summary["story_blockers_0_5_9"] == STORY_SIGNATURES
+
+
+def test_the_story_replays_through_sglang_0_5_9s_own_compile_path(notebook_records):
+    (replay,) = [r for r in _of(notebook_records, "replay") if r["sglang_version"] == "0.5.9"]
+    assert replay["sm"] == versions.STORY_SM
+    assert decide.blockers(replay["chain"]) == STORY_SIGNATURES
+    for row in replay["chain"]:
+        assert row["signature"] != "ok"
+        functions = [f for f in row["frames"] if f.startswith(SGLANG_COMPILE)]
+        assert any(f.endswith(":_ensure_compiled") for f in functions), row["frames"]
+        assert any(f.endswith(":trampoline") for f in functions)
+        assert row["entry"] == "sglang.srt.compilation.compile.install_torch_compiled"
+    assert "simulated_target" in replay["evidence"]
+    subprocess_row = next(r for r in replay["chain"] if r["signature"] == "subprocess")
+    assert subprocess_row["blocker_frame"].startswith("flashinfer/jit/")
+    names = {s["name"] for s in replay["runtime_standins"]}
+    assert "weak_ref_tensor_identity" in names
+
+
+def test_the_layer_compiles_through_sglangs_backend_with_a_wrapped_op(notebook_records):
+    replays = {r["sglang_version"]: r for r in _of(notebook_records, "replay")}
+    ours = replays["0.5.9"]["fp4lab_op"]
+    assert ours["signature"] == "ok" and ours["equals_eager"] is True
+    assert ours["sglang_counter"]["num_graphs_seen"] == 1
+    assert ours["sglang_counter"]["num_piecewise_graphs_seen"] == 1
+    assert replays["0.5.9"]["sglang_op"] == {"present": False}
+    theirs = replays["0.5.21"]["sglang_op"]
+    assert theirs["op"] == "sglang::flashinfer_fp4_quantize"
+    assert theirs["signature"] == "ok" and theirs["equals_eager"] is True
+    assert theirs["sglang_counter"]["num_graphs_seen"] == 1
+    assert theirs["kernel"].startswith("fp4lab reference")
+
+
+def test_later_releases_take_sglangs_wrapped_op_everywhere(notebook_records):
+    chosen = [r for r in _of(notebook_records, "selection") if r["sglang_version"] == "0.5.21"]
+    assert sorted(r["sm"] for r in chosen) == sorted(versions.SMS)
+    for r in chosen:
+        assert r["implementation"] == "sglang_op" and r["fake_registered"] is True
+        assert r["chain"][-1]["signature"] == "ok"
+    decisions = {(r["sglang_version"], r["sm"]): r for r in _of(notebook_records, "decision")}
+    assert decisions[("0.5.21", "12.0")]["outcome"] == "compiles"
+    assert decisions[("0.5.21", "12.0")]["flag"] == "--cuda-graph-backend-prefill tc_piecewise"
+    assert decisions[("0.5.9", "12.0")]["outcome"] == "blocked"
+    assert decisions[("0.5.9", "12.0")]["flag"] == "--enable-piecewise-cuda-graph"
+    assert decisions[("0.5.9", "9.0")]["outcome"] == "not traceable here"
+    assert _of(notebook_records, "figure") == [{"written": True}]
+
+
+def test_every_environment_says_where_its_torch_differs_from_the_pin(notebook_records):
+    envs = {r["version"]: r for r in _of(notebook_records, "environment")}
+    assert envs["0.5.9"]["differs"] == ["torch: release pins ==2.9.1, installed 2.13.0+cpu"]
+    assert envs["0.5.21"]["differs"] == []
+    assert envs["0.5.9"]["pins"]["flashinfer-python"] == "==0.6.3"
+    assert env.TORCH == "2.13.0"
