@@ -183,3 +183,12 @@ def test_12_audits_one_version_and_a_handful_of_entry_points(run_notebook):
     counts = summary["versions"][version]["sms"]["12.0"]
     assert len(counts["one_graph"]) + len(counts["wrap"]) == len(HANDFUL)
     assert (executed.parent.parent / "figures" / "12_fp4_api_audit.png").exists()
+
+
+def test_no_audited_entry_point_gives_no_figure_and_a_clear_verdict(isolated_outputs, capsys):
+    from fp4lab.compile.audit import plots as audit_plots
+
+    assert audit_plots.save_heatmap([], study.NOTEBOOK) is None
+    assert "no entry point was audited" in capsys.readouterr().out
+    with pytest.raises(AssertionError, match="no entry point could be audited"):
+        study.audit_verdict([])

@@ -54,8 +54,12 @@ def plot_heatmap(rows: list[dict]) -> object:
     return fig
 
 
-def save_heatmap(rows: list[dict], notebook: str) -> Path:
-    """``plot_heatmap`` saved as figures/12_fp4_api_audit.png with the notebook's last provenance."""
+def save_heatmap(rows: list[dict], notebook: str) -> Path | None:
+    """``plot_heatmap`` saved as figures/12_fp4_api_audit.png with the notebook's last provenance;
+    None, said, when no entry point was audited (every version failed: see its record)."""
+    if not rows:
+        print("no figure: no entry point was audited in any version")
+        return None
     return figures.save_figure(
         plot_heatmap(rows),
         "12_fp4_api_audit",
