@@ -28,6 +28,19 @@ def values_by_kind(rows: list[dict]) -> defaultdict[str, list[dict]]:
     return by_kind
 
 
+def _best_speed(speeds: list[dict], kernel: str, label: str, with_device: bool = False) -> str:
+    """The headline part "; <label> at best N% of copy bandwidth (MxK)", or "" without rows."""
+    rows = [t for t in speeds if t["kernel"] == kernel]
+    if not rows:
+        return ""
+    best = max(rows, key=lambda t: t["ratio_to_copy"])
+    where = f"{best['M']}x{best['K']}" + (f", {best['device']}" if with_device else "")
+    return (
+        f"; {label.format(ran=best['ran'])} at best {best['ratio_to_copy']:.0%} of copy"
+        f" bandwidth ({where})"
+    )
+
+
 def summarize(rows: list[dict]) -> dict | None:
     """Notebook 06's records as {status, headline, needs, evidence}: cross-checks, error by format,
     speed of the public quantize, the forwarding bug, the checks that raised and what did not run
@@ -41,20 +54,9 @@ def summarize(rows: list[dict]) -> dict | None:
     headline = f"reference vs {peers} independent peers: {unexplained} unexplained differences"
     snr = _snr_by_distribution(by_kind["quantization_error"])
     headline += f"; SNR dB NVFP4 / MXFP4 / FP8 per-tensor: {snr}" if snr else ""
-    public = [t for t in by_kind["throughput"] if t["kernel"] == "public"]
-    if public:
-        best = max(public, key=lambda t: t["ratio_to_copy"])
-        headline += (
-            f"; public quantize ({best['ran']}) at best {best['ratio_to_copy']:.0%} of copy"
-            f" bandwidth ({best['M']}x{best['K']}, {best['device']})"
-        )
-    triton = [t for t in by_kind["throughput"] if t["kernel"] == "triton_approx_rcp"]
-    if triton:
-        best = max(triton, key=lambda t: t["ratio_to_copy"])
-        headline += (
-            f"; Triton kernel given the global scale at best {best['ratio_to_copy']:.0%} of copy"
-            f" bandwidth ({best['M']}x{best['K']})"
-        )
+    speeds = by_kind["throughput"]
+    headline += _best_speed(speeds, "public", "public quantize ({ran})", with_device=True)
+    headline += _best_speed(speeds, "triton_approx_rcp", "Triton kernel given the global scale")
     if by_kind["forwarding_bug"]:
         bug = by_kind["forwarding_bug"][0]
         headline += (
