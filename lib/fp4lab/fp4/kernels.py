@@ -77,13 +77,11 @@ def triton_quantize(
     approx_rcp: bool = False,
     block_m: int | None = None,
     block_k: int | None = None,
-    pairs: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
     """nvfp4.quantize's contract, one fused Triton kernel (and, for NVFP4 without a global scale,
     a one-pass amax kernel before it). ``approx_rcp`` needs a real GPU. The tile is
-    ``block_m`` x ``block_k``, loaded whole or (``pairs``) as even and odd halves, when given;
-    otherwise Triton's autotuner picks all three per (M, K) on a GPU (``tuned_config``), and a
-    whole 16 x 256 tile is used under the interpreter."""
+    ``block_m`` x ``block_k`` when given; otherwise Triton's autotuner picks it per (M, K) on a
+    GPU (``tuned_config``), and 16 x 256 is used under the interpreter."""
     nvfp4.check_input(x, block_size)
     if (block_m is None) != (block_k is None):
         raise ValueError(f"block_m={block_m}, block_k={block_k}: give both or neither")
@@ -122,9 +120,7 @@ def triton_quantize(
     else:
         block_m, block_k = block_m or 16, block_k or 256
         grid = (-(-m // block_m), -(-k // block_k))
-        triton_kernel.quantize_kernel[grid](
-            *args, **flags, BM=block_m, BK=block_k, PAIRS=int(pairs)
-        )
+        triton_kernel.quantize_kernel[grid](*args, **flags, BM=block_m, BK=block_k)
     return codes, nvfp4.scales_view(sf, block_size), gs
 
 
