@@ -329,7 +329,9 @@ def test_ctrl_c_from_outside_stops_the_group(fake_python, tmp_path):
     """A real SIGINT to the harness process while it waits with a running server."""
     script = tmp_path / "harness.py"
     script.write_text(
-        "import sys, time\nfrom fp4lab.serving import config, server\n"
+        # a harness started from a background job inherits SIGINT ignored: restore Ctrl-C's default
+        "import signal, sys, time\nsignal.signal(signal.SIGINT, signal.default_int_handler)\n"
+        "from fp4lab.serving import config, server\n"
         f"cfg = config.ServerConfig('m', port=server.free_port(), python={fake_python!r})\n"
         f"with server.launch(cfg, {str(tmp_path / 'harness_server.log')!r}, 60, poll_s=0.2) as s:\n"
         "    print('PGID', s.pid, flush=True)\n    time.sleep(120)\n"
