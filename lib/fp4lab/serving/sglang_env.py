@@ -11,6 +11,7 @@ and the environment says which.
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import zipfile
@@ -75,8 +76,9 @@ def env_root(version: str = SGLANG_VERSION) -> Path:
     return paths.build_dir() / "sglang" / version
 
 
-def _download_wheel(version: str) -> tuple[Path | None, str]:
-    folder = env_root(version) / "wheel"
+def download_wheel(version: str, folder: Path) -> tuple[Path | None, str]:
+    """The sglang wheel of ``version`` in ``folder`` (downloaded once), or None and why; a
+    release that cannot be downloaded leaves no empty folder behind."""
     found = sorted(folder.glob(f"sglang-{version}-*.whl"))
     if found:
         return found[0], ""
@@ -90,6 +92,8 @@ def _download_wheel(version: str) -> tuple[Path | None, str]:
     )
     found = sorted(folder.glob(f"sglang-{version}-*.whl"))
     if done.returncode or not found:
+        with contextlib.suppress(OSError):
+            folder.rmdir()
         tail = " | ".join(line for line in done.stderr.splitlines()[-3:] if line.strip())
         return None, f"pip could not download sglang=={version}: {tail}"
     return found[0], ""
@@ -132,7 +136,7 @@ def pip_steps(version: str, requirements: dict[str, Requirement]) -> list[list[s
 
 def ensure_sglang(version: str = SGLANG_VERSION) -> SGLangEnv:
     """Build or reuse build/sglang/<version>/venv; a failed install is returned with its reason."""
-    wheel, error = _download_wheel(version)
+    wheel, error = download_wheel(version, env_root(version) / "wheel")
     path = env_root(version) / "venv"
     if wheel is None:
         return SGLangEnv(version, venvs.Environment(path, "failed", error=error), error=error)

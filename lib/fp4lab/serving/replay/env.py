@@ -14,7 +14,6 @@ from __future__ import annotations
 import contextlib
 import json
 import subprocess
-import sys
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
@@ -75,30 +74,6 @@ def env_dir(version: str) -> Path:
     return paths.build_dir() / "sglang-compile" / version
 
 
-def download_wheel(version: str) -> tuple[Path | None, str]:
-    """The sglang wheel of ``version`` (downloaded once into the environment's folder), or why not."""
-    folder = env_dir(version) / "wheel"
-    found = sorted(folder.glob("sglang-*.whl"))
-    if found:
-        return found[0], ""
-    folder.mkdir(parents=True, exist_ok=True)
-    command = ["download", "-q", "--no-deps", f"sglang=={version}", "-d", str(folder)]
-    done = subprocess.run(
-        [sys.executable, "-m", "pip", *command],
-        capture_output=True,
-        text=True,
-        env=venvs.pip_environment(),
-    )
-    found = sorted(folder.glob("sglang-*.whl"))
-    if done.returncode or not found:
-        for empty in (folder, env_dir(version)):  # leave nothing behind for a missing release
-            with contextlib.suppress(OSError):
-                empty.rmdir()
-        tail = [line for line in done.stderr.splitlines() if line.startswith("ERROR")][-2:]
-        return None, f"pip could not download sglang=={version}: {' | '.join(tail)}"
-    return found[0], ""
-
-
 PINNED = ("torch", "flashinfer-python", *sglang_env.KERNEL_PACKAGES, "transformers")
 """The pins every record shows."""
 
@@ -135,8 +110,10 @@ def _installed(python: Path) -> dict[str, str]:
 
 def ensure_env(version: str) -> CompileEnv:
     """Build or reuse build/sglang-compile/<version>/venv; a failure is returned with its reason."""
-    wheel, error = download_wheel(version)
+    wheel, error = sglang_env.download_wheel(version, env_dir(version) / "wheel")
     if wheel is None:
+        with contextlib.suppress(OSError):  # leave nothing behind for a missing release
+            env_dir(version).rmdir()
         return CompileEnv(version, "failed", error=error)
     requirements = release_pins(wheel)
     pins = {n: requirements[n] for n in PINNED if n in requirements}
