@@ -5,6 +5,8 @@ Each check raises before any install, naming the parameter and its allowed value
 
 from __future__ import annotations
 
+from fp4lab.core import params
+
 DEFAULT_VERSIONS = ("0.5.3.post2", "0.5.9", "0.5.12", "0.5.21", "0.5.23")
 """The first release with piecewise CUDA graphs (``piecewise_cuda_graph_runner.py``,
 ``--enable-piecewise-cuda-graph``); the story's era; the first with SGLang's quantize wrapper
@@ -46,21 +48,12 @@ def check_versions(
     must be in VERSIONS (or ``extra``: a version to try as given, e.g. to record a failed install).
     """
     versions = _as_list(versions, "sglang_versions")
-    for v in versions:
-        if v not in VERSIONS and v not in extra:
-            raise ValueError(
-                f"sglang_versions contains {v!r}, which is not allowed; allowed values: "
-                f"{', '.join(VERSIONS)}"
-            )
+    params.choices("sglang_versions", versions, (*VERSIONS, *extra))
     return versions
 
 
 def check_sms(sms: list[str] | tuple[str, ...] | str) -> list[str]:
     """Simulated SMs as written ("12.0"), each one of SMS."""
     sms = _as_list(sms, "sms")
-    for sm in sms:
-        if sm not in SMS:
-            raise ValueError(
-                f"sms contains {sm!r}, which is not allowed; allowed values: {', '.join(SMS)}"
-            )
+    params.choices("sms", sms, tuple(SMS))
     return sms
