@@ -3,6 +3,9 @@ where it gives the reference's bytes, and those bytes on the edge cases and seve
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
@@ -81,8 +84,8 @@ def _edges(dtype: torch.dtype = torch.bfloat16) -> torch.Tensor:
 def test_compiled_quantize_gives_the_reference_bytes():
     """The compiled formulation (bit-op E4M3, word packing, fused global max) against the reference
     on the edge cases, each input dtype, both formats, given and computed global scales (SFs in
-    E4M3's subnormal range and below), and changing shapes: one static graph, then one with
-    dynamic dimensions. Five graphs in all: each costs seconds to compile."""
+    E4M3's subnormal range and below), and changing shapes. Four graphs in all: each costs seconds
+    to compile."""
     g = torch.Generator().manual_seed(0)
     tiny = torch.randn(29, 64, generator=g) * 1e-30
     cases = [
@@ -93,11 +96,30 @@ def test_compiled_quantize_gives_the_reference_bytes():
         (_edges(torch.float32), {"global_scale": torch.tensor(-2.0), "swizzle": True}),
         (tiny, {"global_scale": 1e30}),
     ]
-    for m, k in ((130, 256), (7, 64), (300, 512)):  # bfloat16: the dynamic graph
+    for m, k in ((130, 256), (7, 64), (300, 512)):  # bfloat16: the same graph, other shapes
         cases.append((torch.randn(m, k, generator=g).bfloat16() * 100, {"swizzle": True}))
     cases.append((tiny.bfloat16(), {}))
     for x, kwargs in cases:
         _same(nvfp4.reference_quantize(x, **kwargs), kernels.compiled_quantize(x, **kwargs))
+
+
+def test_compiled_quantize_compiles_once_for_every_shape():
+    """One graph per dtype and format serves every M and K (the block count is dynamic from the
+    first call); counted in a fresh process, where no earlier test has compiled anything."""
+    code = (
+        "import fp4lab; fp4lab.setup()\n"
+        "import torch\n"
+        "from torch._dynamo.utils import counters\n"
+        "from fp4lab.fp4 import kernels\n"
+        "for m, k in ((64, 256), (96, 512), (33, 1024)):\n"
+        "    kernels.compiled_quantize(torch.randn(m, k))\n"
+        "print('graphs', counters['stats']['unique_graphs'])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert "graphs 1" in done.stdout.splitlines()
 
 
 def test_public_quantize_takes_the_fast_path_and_gives_the_reference_bytes(monkeypatch):

@@ -15,8 +15,9 @@ reference bit for bit. Triton is imported lazily: the module loads without it.
 rearranged for inductor's CPU code: E4M3 by bit operations (the fp8 cast compiles to a scalar
 software conversion, the larger part of the time), the element scales returned so they are
 computed once per block in a vector loop, the global max taken from the block maxima (one read
-of x fewer), and codes packed eight to a 64-bit word. ``public_kernel`` picks what
-``nvfp4.quantize`` runs.
+of x fewer), codes packed eight to a 64-bit word, and x seen as one flat dimension of blocks
+(dynamic M and K otherwise put integer divisions into every vector iteration: 1.4x slower).
+``public_kernel`` picks what ``nvfp4.quantize`` runs.
 """
 
 from __future__ import annotations
@@ -133,8 +134,8 @@ def tuned_config() -> dict[str, int] | None:
 
 
 RECOMPILE_LIMIT = 64
-"""Graphs kept per process: one per (dtype, block_size, global scale given or not) and K met
-first; a later M (or K) recompiles once with that dimension dynamic."""
+"""Graphs kept per process: one per (dtype, block_size, global scale given or not); the block
+count is dynamic from the first call, so a new M or K reuses the graph."""
 FAST_PATH_MIN_ELEMENTS = 1 << 20
 """Below this many elements the public call stays eager on a CPU: a first compile (seconds) would
 cost more than thousands of eager calls of that size."""
@@ -172,14 +173,17 @@ def pack_e2m1_words(codes: torch.Tensor) -> torch.Tensor:
 
 
 def fused_quantize_bytes(
-    x: torch.Tensor, global_scale: torch.Tensor | None, block_size: int
+    blocks: torch.Tensor, global_scale: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None, torch.Tensor]:
-    """nvfp4.quantize_bytes (linear scales) arranged for torch.compile; also returns the element
-    scales, an output so inductor computes them once per block instead of inlining them."""
-    m, k = x.shape
-    blocks = x.float().view(m, k // block_size, block_size)
+    """nvfp4.quantize_bytes (linear scales) of x viewed as blocks [M*K/block_size, block_size],
+    arranged for torch.compile: (packed codes [N, block_size/2], scale bytes [N], global scale,
+    element scales [N]). One flat block dimension keeps the loops' index arithmetic free of
+    divisions when M and K become dynamic; the element scales are an output so inductor computes
+    them once per block instead of inlining them."""
+    block_size = blocks.shape[1]
+    blocks = blocks.float()
     vec_max = nvfp4.block_amax(blocks)
-    six = nvfp4.reciprocal(torch.full((), E2M1_MAX, dtype=torch.float32, device=x.device))
+    six = nvfp4.reciprocal(torch.full((), E2M1_MAX, dtype=torch.float32, device=blocks.device))
     if block_size == nvfp4.MXFP4_BLOCK:
         sf_byte = e8m0_encode_round_up(vec_max * six)
         usable = (sf_byte != 0) & (sf_byte < E8M0_MAX_FINITE)
@@ -193,23 +197,22 @@ def fused_quantize_bytes(
             gs = nvfp4.global_scale_from_amax(finite.amax())
         sf, sf_byte = e4m3_by_bits(gs * (vec_max * six))
         scale = torch.where(sf_byte != 0, nvfp4.reciprocal(sf * nvfp4.reciprocal(gs)), 0.0)
-    codes = e2m1_encode(blocks * scale.unsqueeze(-1)).view(m, k)
+    codes = e2m1_encode(blocks * scale.unsqueeze(-1))
     return pack_e2m1_words(codes), sf_byte, gs, scale
 
 
-def _nvfp4_bytes(x: torch.Tensor, global_scale: torch.Tensor | None) -> tuple:
-    return fused_quantize_bytes(x, global_scale, nvfp4.NVFP4_BLOCK)
+def _nvfp4_bytes(blocks: torch.Tensor, global_scale: torch.Tensor | None) -> tuple:
+    return fused_quantize_bytes(blocks, global_scale)
 
 
-def _mxfp4_bytes(x: torch.Tensor, global_scale: None) -> tuple:
-    return fused_quantize_bytes(x, global_scale, nvfp4.MXFP4_BLOCK)
+def _mxfp4_bytes(blocks: torch.Tensor, global_scale: None) -> tuple:
+    return fused_quantize_bytes(blocks, global_scale)
 
 
 @functools.cache
 def _compiled(block_size: int) -> Any:
-    """One compiled function per format: its own graphs, and block_size a constant in them."""
-    fn = _mxfp4_bytes if block_size == nvfp4.MXFP4_BLOCK else _nvfp4_bytes
-    return torch.compile(fn)
+    """One compiled function per format: its own graphs (only the block count becomes dynamic)."""
+    return torch.compile(_mxfp4_bytes if block_size == nvfp4.MXFP4_BLOCK else _nvfp4_bytes)
 
 
 def compiled_quantize(
@@ -228,7 +231,11 @@ def compiled_quantize(
     # None stays None (computed in the graph); MXFP4 with a global scale is refused here
     gs = None if global_scale is None else nvfp4.resolve_global_scale(x, global_scale, block_size)
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
-        codes, sf_bytes, gs, _ = _compiled(block_size)(x, gs)
+        m, k = x.shape
+        blocks = x.contiguous().view(m * k // block_size, block_size)
+        torch._dynamo.maybe_mark_dynamic(blocks, 0)  # one graph for every M and K
+        codes, sf_bytes, gs, _ = _compiled(block_size)(blocks, gs)
+    codes, sf_bytes = codes.view(m, k // 2), sf_bytes.view(m, k // block_size)
     if swizzle:
         sf_bytes = swizzle_128x4(sf_bytes)
     return codes, nvfp4.scales_view(sf_bytes, block_size), gs
