@@ -1,10 +1,11 @@
 """NVFP4/MXFP4 quantize throughput against the memory-copy line, measured in one run.
 
 Prints a table (GB/s of input, ratio to copy bandwidth, peak memory) and appends one record
-per row to data/nvfp4_throughput.jsonl. Goals: on a CPU the public ``nvfp4.quantize`` at 25%
-or more of copy bandwidth; on a GPU (H200) a fused kernel at 70% or more of device-to-device
-copy bandwidth and at least FlashInfer's speed where both run. Kernels that cannot run here
-are printed and recorded as skipped, with the reason.
+per row to data/nvfp4_throughput.jsonl. On a GPU (H200) the table's goal: a fused kernel at 70%
+or more of device-to-device copy bandwidth and at least FlashInfer's speed where both run. On a
+CPU the table has no goal (its clone line moves with page faults and cache fits); the goal is the
+public call's below. Kernels that cannot run here are printed and recorded as skipped, with the
+reason.
 
 Then the public call as users call it, ``nvfp4.quantize(x)`` on a float32 --goal-shape, against
 a preallocated ``copy_`` of x and torchao's compiled ``nvfp4_quantize``, one call of each per
@@ -128,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
         rec.add("skipped", {"kernel": name, "status": "skipped", "reason": reason})
         print(f"skipped {name}: {reason}")
     goal = throughput.goal_summary(rows, device)
-    if goal:
+    if device.type == "cpu":
+        print("goal on a CPU: the public call below, against a preallocated copy_")
+    elif goal:
         rec.add("goal", goal)
         verdict = "met" if goal["met"] else "NOT met"
         (m, k), worst = goal["worst_shape"], goal["worst_ratio"]

@@ -29,15 +29,15 @@ def values_by_kind(rows: list[dict]) -> defaultdict[str, list[dict]]:
 
 
 def _best_speed(speeds: list[dict], kernel: str, label: str, with_device: bool = False) -> str:
-    """The headline part "; <label> at best N% of copy bandwidth (MxK)", or "" without rows."""
+    """The headline part "; <label> at best N% of the copy line, x.clone() (MxK)", or "" without rows."""
     rows = [t for t in speeds if t["kernel"] == kernel]
     if not rows:
         return ""
     best = max(rows, key=lambda t: t["ratio_to_copy"])
     where = f"{best['M']}x{best['K']}" + (f", {best['device']}" if with_device else "")
     return (
-        f"; {label.format(ran=best['ran'])} at best {best['ratio_to_copy']:.0%} of copy"
-        f" bandwidth ({where})"
+        f"; {label.format(ran=best['ran'])} at best {best['ratio_to_copy']:.0%} of the copy"
+        f" line, x.clone() ({where})"
     )
 
 

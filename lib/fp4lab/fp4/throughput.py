@@ -34,7 +34,7 @@ from fp4lab.fp4 import flashinfer_kernel, kernels, nvfp4
 
 DTYPES = {"bfloat16": torch.bfloat16, "float16": torch.float16, "float32": torch.float32}
 CPU_GOAL = 0.25
-"""The public quantize at 25% or more of the copy bandwidth on a CPU."""
+"""On a CPU, the public quantize at 25% or more of a preallocated ``copy_`` (``public_goal``)."""
 TORCHAO_GOAL = 1.0
 """The public quantize at least as fast as torchao's compiled nvfp4_quantize."""
 CPU = torch.device("cpu")
@@ -174,9 +174,11 @@ def _time(fn: Callable, x: torch.Tensor, *, device: torch.device, warmup: int, i
     return timing.measure(fn, x, warmup=warmup, iters=iters, device=device)
 
 
-def goal_for(device: torch.device) -> tuple[str, float]:
-    """Which kernel the speed goal is about on this device, and the ratio to copy it asks for."""
-    return ("public", CPU_GOAL) if device.type == "cpu" else ("triton_approx_rcp", GPU_GOAL)
+def goal_for(device: torch.device) -> tuple[str, float] | None:
+    """The table's speed goal on this device: (kernel, ratio to the copy line) on a GPU. None on a
+    CPU, whose goal is ``public_goal``'s (the public call against a preallocated ``copy_``): there
+    the clone line moves severalfold with page faults and cache fits, and is no yardstick."""
+    return None if device.type == "cpu" else ("triton_approx_rcp", GPU_GOAL)
 
 
 def _case(row: dict) -> tuple[int, int, int]:
@@ -184,9 +186,12 @@ def _case(row: dict) -> tuple[int, int, int]:
 
 
 def goal_summary(rows: list[dict], device: torch.device) -> dict | None:
-    """The goal kernel's worst ratio to copy over the rows and whether it meets the goal; on a GPU
-    also whether it is at least FlashInfer's speed wherever both ran. None without goal rows."""
-    kernel, goal = goal_for(device)
+    """The goal kernel's worst ratio to copy over the rows, whether it meets the goal and whether
+    it is at least FlashInfer's speed wherever both ran. None without goal rows, or on a CPU."""
+    target = goal_for(device)
+    if target is None:
+        return None
+    kernel, goal = target
     goal_rows = [r for r in rows if r["kernel"] == kernel]
     if not goal_rows:
         return None
@@ -198,12 +203,11 @@ def goal_summary(rows: list[dict], device: torch.device) -> dict | None:
         "worst_shape": [worst["M"], worst["K"]],
         "met": worst["ratio_to_copy"] >= goal,
     }
-    if device.type == "cuda":
-        flashinfer = {_case(r): r["gbps"] for r in rows if r["kernel"] == "flashinfer"}
-        both = [r for r in goal_rows if _case(r) in flashinfer]
-        summary["at_least_flashinfer"] = (
-            all(r["gbps"] >= flashinfer[_case(r)] for r in both) if flashinfer else None
-        )
+    flashinfer = {_case(r): r["gbps"] for r in rows if r["kernel"] == "flashinfer"}
+    both = [r for r in goal_rows if _case(r) in flashinfer]
+    summary["at_least_flashinfer"] = (
+        all(r["gbps"] >= flashinfer[_case(r)] for r in both) if flashinfer else None
+    )
     return summary
 
 
