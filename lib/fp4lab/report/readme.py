@@ -21,22 +21,30 @@ _BLOCK = re.compile(
 
 
 def notebooks_table() -> str:
-    """Each notebook, what it needs, and its measured seconds in the last `make reproduce`."""
-    runs = {r["values"]["notebook"]: r for r in records.latest("reproduce")}
-    lines = ["| notebook | shows | needs | seconds (last make reproduce) |", "|---|---|---|---|"]
+    """Each notebook, what it needs, and its measured seconds in the last `make reproduce` that
+    ran it (``NOTEBOOKS=06`` replaces 06's row only), with that run's commit."""
+    runs = {r["values"]["notebook"]: r for r in records.read("reproduce")}  # the last one wins
+    lines = [
+        "| notebook | shows | needs | seconds (last make reproduce) | commit |",
+        "|---|---|---|---|---|",
+    ]
     for nb in catalog.notebooks():
         run = runs.get(nb.name)
-        seconds = (
-            f"{run['values']['seconds']:.0f} ({run['values']['status']})"
+        seconds, commit = (
+            (
+                f"{run['values']['seconds']:.0f} ({run['values']['status']})",
+                run["provenance"]["git"]["commit"][:10],
+            )
             if run
-            else "not run at this commit"
+            else ("never run", "")
         )
-        lines.append(f"| {nb.name} | {nb.title} | {nb.needs} | {seconds} |")
-    machine = next(iter(runs.values()), None)
+        lines.append(f"| {nb.name} | {nb.title} | {nb.needs} | {seconds} | {commit} |")
+    provenance = [r["provenance"] for r in runs.values()]
     where = (
-        f"Seconds measured by `make reproduce` at commit {machine['provenance']['git']['commit'][:10]} "
-        f"on {machine['provenance']['device']} ({machine['provenance']['time_utc']})."
-        if machine
+        f"Seconds measured by `make reproduce` on"
+        f" {', '.join(sorted({p['device'] for p in provenance}))}"
+        f" ({min(p['time_utc'] for p in provenance)} to {max(p['time_utc'] for p in provenance)})."
+        if provenance
         else "No `make reproduce` record yet."
     )
     return "\n".join(lines) + "\n\n" + where + "\n"
