@@ -134,8 +134,8 @@ def tuned_config() -> dict[str, int] | None:
 
 
 RECOMPILE_LIMIT = 64
-"""Graphs kept per process: one per (dtype, block_size, global scale given or not); the block
-count is dynamic from the first call, so a new M or K reuses the graph."""
+"""Graphs kept: one per (dtype, block_size, global scale given or not); the block count is
+dynamic from the first call, so a new M or K reuses the graph."""
 FAST_PATH_MIN_ELEMENTS = 1 << 20
 """Below this many elements the public call stays eager on a CPU: a first compile (seconds) would
 cost more than thousands of eager calls of that size."""
@@ -201,18 +201,10 @@ def fused_quantize_bytes(
     return pack_e2m1_words(codes), sf_byte, gs, scale
 
 
-def _nvfp4_bytes(blocks: torch.Tensor, global_scale: torch.Tensor | None) -> tuple:
-    return fused_quantize_bytes(blocks, global_scale)
-
-
-def _mxfp4_bytes(blocks: torch.Tensor, global_scale: None) -> tuple:
-    return fused_quantize_bytes(blocks, global_scale)
-
-
 @functools.cache
-def _compiled(block_size: int) -> Any:
-    """One compiled function per format: its own graphs (only the block count becomes dynamic)."""
-    return torch.compile(_mxfp4_bytes if block_size == nvfp4.MXFP4_BLOCK else _nvfp4_bytes)
+def _compiled() -> Any:
+    """fused_quantize_bytes compiled (on first use: importing stays free of torch.compile)."""
+    return torch.compile(fused_quantize_bytes)
 
 
 def compiled_quantize(
@@ -232,9 +224,10 @@ def compiled_quantize(
     gs = None if global_scale is None else nvfp4.resolve_global_scale(x, global_scale, block_size)
     with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT):
         m, k = x.shape
-        blocks = x.contiguous().view(m * k // block_size, block_size)
+        blocks = x.reshape(-1, block_size)
         torch._dynamo.maybe_mark_dynamic(blocks, 0)  # one graph for every M and K
-        codes, sf_bytes, gs, _ = _compiled(block_size)(blocks, gs)
+        torch._dynamo.mark_static(blocks, 1)  # the block size: a constant in each format's graph
+        codes, sf_bytes, gs, _ = _compiled()(blocks, gs)
     codes, sf_bytes = codes.view(m, k // 2), sf_bytes.view(m, k // block_size)
     if swizzle:
         sf_bytes = swizzle_128x4(sf_bytes)

@@ -75,7 +75,7 @@ def _kernels(rows: list[dict]) -> str:
     for r in _of(rows, "capture_replay"):
         equal = r["reference"]["equal"] and r["public"]["equal"]
         parts.append(f"CUDA-graph replay of the quantize {'equal' if equal else 'DIFFERS'}")
-    kernel, goal = throughput.goal_for(_device(rows)) or ("", 0.0)  # no goal: no rows below
+    kernel, goal = throughput.goal_for(_device(rows)) or (None, None)  # None on a CPU
     ratios = sorted(
         (t["ratio_to_copy"], f"{t['M']}x{t['K']}")
         for t in _of(rows, "throughput")
