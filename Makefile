@@ -8,16 +8,35 @@
 #   make readme                           rewrite README.md's findings and timings from data/
 #   make gpu TORCH=<a CUDA torch>         notebooks 04-08 sized for one GPU (within 8 min on an H200)
 #   make gpu-bundle                       the same as an offline folder (build/gpu-bundle/run.sh OUT)
+#   make lock                             rewrite requirements.lock from pyproject.toml and TORCH
 
 PYTHON   ?= python3
-TORCH    ?= torch==2.13.0
+# The one torch pin: the lock is compiled with it, build/venv installs it, and every side
+# environment (FlashInfer versions, SGLang releases) gets the torch build installed in build/venv.
+# On a GPU machine pass a CUDA build, e.g. TORCH=torch==2.14.1: it is installed over the lock's.
+TORCH    ?= torch==2.13.0+cpu
+LOCK     := requirements.lock
 NOTEBOOKS ?=
 VERSIONS ?=
 SGLANG_VERSIONS ?=
 BUILD    := build
 VENV     := $(BUILD)/venv
 PY       := $(VENV)/bin/python
-STAMP    := $(VENV)/.installed-$(subst =,-,$(subst /,-,$(TORCH)))
+UV       := $(VENV)/bin/uv
+UV_PIN   := $(shell sed -n 's/^uv==\([^ ]*\).*/\1/p' $(LOCK))
+LOCK_TORCH := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' $(LOCK))
+STAMP    := $(VENV)/.installed-$(subst +,-,$(subst =,-,$(subst /,-,$(TORCH))))
+
+# uv builds every environment from one cache inside build/ (files hardlinked, never copied), with
+# bytecode compiled at install, no Python downloads, and pip's find-links (uv reads no pip config).
+export UV_CACHE_DIR          := $(abspath $(BUILD))/cache/uv
+export UV_LINK_MODE          := hardlink
+export UV_COMPILE_BYTECODE   := 1
+export UV_PYTHON_DOWNLOADS   := never
+PIP_FIND_LINKS ?= $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)
+ifneq ($(strip $(PIP_FIND_LINKS)),)
+export UV_FIND_LINKS := $(PIP_FIND_LINKS)
+endif
 
 # Every cache stays inside the ignored build folder, never in the home directory.
 export FP4LAB_BUILD_DIR      := $(abspath $(BUILD))
@@ -36,7 +55,7 @@ export PYTHONUNBUFFERED      := 1
 CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
           $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR)
 
-.PHONY: reproduce test lint lab list matrix sglang gpu gpu-bundle benchmarks readme venv clean
+.PHONY: reproduce test lint lab list matrix sglang gpu gpu-bundle benchmarks readme venv lock clean
 
 # The make targets write results to the committed data/ and figures/; interactive sessions
 # (make lab, a notebook run by hand) write to build/data and build/figures.
@@ -81,14 +100,21 @@ list: $(STAMP)
 
 venv: $(STAMP)
 
-$(STAMP): pyproject.toml
-	mkdir -p $(CACHES)
+# build/venv: a plain venv, uv (at the lock's version) bootstrapped into it with pip, then the
+# lock synced exactly (hashes checked), TORCH over it when it is not the lock's, fp4lab editable.
+$(STAMP): pyproject.toml $(LOCK)
+	mkdir -p $(CACHES) $(UV_CACHE_DIR)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install -q --upgrade pip
-	$(PY) -m pip install -q "$(TORCH)"
-	$(PY) -m pip install -q -e ".[test]"
+	test -x $(UV) || $(PY) -m pip install -q --disable-pip-version-check "uv==$(UV_PIN)"
+	$(UV) pip sync --python $(PY) $(LOCK)
+	$(if $(filter $(LOCK_TORCH),$(TORCH)),,$(UV) pip install --python $(PY) "$(TORCH)")
+	$(UV) pip install --python $(PY) --no-deps -e .
 	$(PY) -m ipykernel install --sys-prefix --name fp4lab --display-name "Python (fp4lab)"
 	rm -f $(VENV)/.installed-* && touch $@
+
+lock: $(STAMP)
+	echo "$(TORCH)" | $(UV) pip compile pyproject.toml - --extra test --generate-hashes --no-header \
+	    --python-version 3.11 --python-platform x86_64-manylinux_2_28 -q -o $(LOCK)
 
 clean:
 	rm -rf $(BUILD)/executed $(BUILD)/html $(BUILD)/test

@@ -9,6 +9,7 @@ the make targets point them at the committed data/ and figures/, tests at tempor
 from __future__ import annotations
 
 import os
+import stat
 from pathlib import Path
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
@@ -51,9 +52,26 @@ def record_files() -> dict[str, Path]:
     return {p.stem: p for folder in folders for p in sorted(folder.glob("*.jsonl"))}
 
 
+def _files(path: Path) -> dict[tuple[int, int], os.stat_result]:
+    """Every regular file below ``path`` (symbolic links not followed), once per inode."""
+    found = {}
+    for folder, _, names in os.walk(path):
+        for name in names:
+            status = os.lstat(os.path.join(folder, name))
+            if stat.S_ISREG(status.st_mode):
+                found[(status.st_dev, status.st_ino)] = status
+    return found
+
+
 def disk_bytes(path: Path) -> int:
-    """Bytes on disk of every regular file below ``path`` (links not followed)."""
-    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+    """Bytes of the regular files below ``path``, a file hardlinked several times counted once."""
+    return sum(status.st_size for status in _files(path).values())
+
+
+def unshared_bytes(path: Path) -> int:
+    """Bytes of the regular files below ``path`` that no other path links to: what it adds to
+    the disk beside a cache it was hardlinked from."""
+    return sum(s.st_size for s in _files(path).values() if s.st_nlink == 1)
 
 
 def use_build_caches() -> None:

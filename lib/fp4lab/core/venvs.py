@@ -1,9 +1,14 @@
-"""Side environments under build/ (one per FlashInfer or SGLang version) sharing one pip cache.
+"""Side environments under build/ (one per FlashInfer version or SGLang release), built by uv.
 
-An environment is a virtual environment built by a list of pip steps; a stamp holding those
-steps marks it complete, so it is reused only when it was built by the same steps. An install
-that fails is returned with the tail of pip's error, never raised, and leaves no half-built
-environment behind.
+Every environment is made by ``uv venv`` from this interpreter, then filled by ``uv pip``
+steps from one shared cache (build/cache/uv, on the same filesystem, so installed files are
+hardlinks into the cache: environments that share torch share its bytes on disk). A stamp
+holding the steps marks an environment complete, so it is reused only when it was built by the
+same steps. uv's progress is shown as it builds; an install that fails is returned with the tail
+of uv's error, never raised, and leaves no half-built environment behind.
+
+uv reads none of pip's configuration: where pip is configured with find-links (a local wheel
+folder, such as the one holding this project's CPU build of torch), they are passed to uv.
 """
 
 from __future__ import annotations
@@ -14,6 +19,8 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass
+from functools import cache
+from importlib import metadata
 from pathlib import Path
 
 from fp4lab.core import paths
@@ -36,42 +43,102 @@ class Environment:
 
     @property
     def bytes(self) -> int:
+        """Bytes of its files, each counted once (hardlinks into the shared cache included)."""
         return paths.disk_bytes(self.path) if self.status != "failed" else 0
 
+    @property
+    def own_bytes(self) -> int:
+        """Bytes only this environment holds: its files that are not hardlinks into the cache."""
+        return paths.unshared_bytes(self.path) if self.status != "failed" else 0
 
-def pip_environment() -> dict[str, str]:
-    """The process environment for pip: the shared download cache under build/cache/pip."""
+
+def torch_requirement() -> str:
+    """The torch every side environment gets: exactly the main environment's build (the one pin,
+    set by the Makefile's ``TORCH`` and the lock)."""
+    return f"torch=={metadata.version('torch')}"
+
+
+def uv_binary() -> str:
+    """The uv executable installed in this environment (a pinned dependency of fp4lab)."""
+    from uv import find_uv_bin
+
+    return find_uv_bin()
+
+
+@cache
+def pip_find_links() -> str:
+    """pip's configured find-links ('' when none), which uv does not read by itself."""
+    if os.environ.get("PIP_FIND_LINKS"):
+        return os.environ["PIP_FIND_LINKS"]
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "config", "get", "global.find-links"],
+        capture_output=True,
+        text=True,
+    )
+    return done.stdout.strip() if done.returncode == 0 else ""
+
+
+def uv_environment() -> dict[str, str]:
+    """The process environment for uv: the shared cache, no Python downloads, pip's find-links."""
     env = dict(os.environ)
-    env.setdefault("PIP_CACHE_DIR", str(paths.build_dir() / "cache" / "pip"))
-    env["PIP_DISABLE_PIP_VERSION_CHECK"] = "1"
+    env.setdefault("UV_CACHE_DIR", str(paths.build_dir() / "cache" / "uv"))
+    env.setdefault("UV_LINK_MODE", "hardlink")
+    env["UV_PYTHON_DOWNLOADS"] = "never"
+    env.setdefault("UV_COMPILE_BYTECODE", "1")  # else every child pays for it at import time
+    if pip_find_links() and "UV_FIND_LINKS" not in env:
+        env["UV_FIND_LINKS"] = pip_find_links()
     return env
 
 
-def _failure(label: str, stderr: str) -> str:
-    tail = [
-        line
-        for line in stderr.splitlines()
-        if line.strip() and not line.startswith("WARNING: Location")
-    ][-3:]
+def _failure(label: str, output: str) -> str:
+    tail = [line.strip() for line in output.splitlines() if line.strip()][-3:]
     return f"{label} failed: {' | '.join(tail)}"
 
 
-def ensure(path: Path, pip_steps: list[list[str]]) -> Environment:
-    """Build (or reuse) the environment at ``path``: a venv, then ``pip <step>`` for each step."""
+def _run(label: str, command: list[str], log: Path) -> str:
+    """Run one uv command, its output shown on stderr as it comes and kept in ``log``; '' when
+    it succeeded, else why it failed."""
+    print(f"[env] {label}", file=sys.stderr, flush=True)
+    with log.open("a") as out:
+        out.write(f"$ {' '.join(command)}\n")
+        child = subprocess.Popen(
+            command,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.STDOUT,
+            text=True,
+            env=uv_environment(),
+        )
+        lines = []
+        for line in child.stdout:
+            out.write(line)
+            lines.append(line)
+            print(f"[env]   {line.rstrip()}", file=sys.stderr, flush=True)
+        child.wait()
+    return _failure(label, "".join(lines[-20:])) if child.returncode else ""
+
+
+def ensure(path: Path, steps: list[list[str]]) -> Environment:
+    """Build (or reuse) the environment at ``path``: ``uv venv``, then ``uv pip <step>`` for each
+    step (arguments as for ``uv pip``; the environment's interpreter is added)."""
     stamp = path / STAMP
-    recipe = "\n".join(" ".join(step) for step in pip_steps)
+    recipe = "\n".join(" ".join(step) for step in steps)
     if stamp.exists() and stamp.read_text() == recipe:
         return Environment(path, "reused")
     started = time.perf_counter()
     shutil.rmtree(path, ignore_errors=True)
-    python = str(path / "bin" / "python")
-    commands = [("python -m venv", [sys.executable, "-m", "venv", str(path)])]
-    commands += [(f"pip {' '.join(step)}", [python, "-m", "pip", *step]) for step in pip_steps]
+    uv, python = uv_binary(), str(path / "bin" / "python")
+    log = path.parent / f"{path.name}.build.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    log.write_text("")
+    commands = [("uv venv", [uv, "venv", "-q", "--python", sys.executable, str(path)])]
+    commands += [
+        (f"uv pip {' '.join(step)}", [uv, "pip", *step[:1], "--python", python, *step[1:]])
+        for step in steps
+    ]
     for label, command in commands:
-        done = subprocess.run(command, capture_output=True, text=True, env=pip_environment())
-        if done.returncode != 0:
+        error = _run(label, command, log)
+        if error:
             shutil.rmtree(path, ignore_errors=True)
-            error = _failure(label, done.stderr)
             return Environment(path, "failed", time.perf_counter() - started, error)
     stamp.write_text(recipe)
     return Environment(path, "built", time.perf_counter() - started)

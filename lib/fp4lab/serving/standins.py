@@ -88,6 +88,7 @@ def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
         if not error:
             continue
         target = site_packages(python) / standin.path
+        target.unlink(missing_ok=True)  # a hardlink into uv's cache: never write through it
         target.write_text(standin.text)
         still = _import_error(python, standin.imports, prelude)
         if still:

@@ -11,7 +11,7 @@ from collections import Counter
 import pandas as pd
 
 from fp4lab.compile.audit.run import VERDICTS
-from fp4lab.compile.matrix.env import ensure_env, env_dir
+from fp4lab.compile.matrix.env import ensure_env, python
 from fp4lab.compile.matrix.versions import check_versions
 from fp4lab.core import params, paths, process, records
 
@@ -76,7 +76,7 @@ def audit_version(version: str, sms: list[str], names: list[str]) -> dict:
     log, out = logs / f"flashinfer-{version}.log", logs / f"flashinfer-{version}.json"
     for stale in (log, out):
         stale.unlink(missing_ok=True)
-    cmd = [env_dir(version) / "bin" / "python", "-m", "fp4lab.compile.audit.child", out]
+    cmd = [python(version), "-m", "fp4lab.compile.audit.child", out]
     cmd += ["--sms", ",".join(sms), "--entry-points", ",".join(names)]
     env = dict(os.environ, PYTHONPATH=str(paths.REPO_ROOT / "lib"))
     finished = process.run(cmd, log, TIMEOUT_S, env=env)

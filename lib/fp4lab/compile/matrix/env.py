@@ -1,7 +1,7 @@
 """One virtual environment per FlashInfer version under build/matrix/, and the child run inside it.
 
-Each environment has torch at the project's default pin; every version shares one pip
-download cache. An environment is reused when it was built by the same steps; a version that
+Each environment has the main environment's torch; every version is built by uv from one shared
+cache. An environment is reused when it was built by the same steps; a version that
 fails to install or trace is returned as ``env="failed"`` with the reason, never raised. The
 child runs as its own process group (``core.process``), stopped on timeout or on any exit.
 """
@@ -10,12 +10,12 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 from pathlib import Path
 
 from fp4lab.compile.matrix.result import VersionResult
-from fp4lab.core import paths, process, venvs
+from fp4lab.core import paths, probe, process, venvs
 
-TORCH = "torch==2.13.0"
 TRACE_TIMEOUT_S = 600
 
 
@@ -23,24 +23,30 @@ def env_dir(version: str) -> Path:
     return paths.build_dir() / "matrix" / f"flashinfer-{version}"
 
 
-def ensure_env(version: str, torch_spec: str = TORCH) -> VersionResult:
-    """Build (or reuse) the environment for one version; never raises for an install failure."""
-    wheels = paths.build_dir() / "matrix" / "wheels" / version
-    wheel = f"flashinfer-python=={version}"
+def python(version: str) -> Path:
+    """The interpreter whose environment has FlashInfer ``version``: this one where it is the
+    installed release, else the version's own environment."""
+    if probe.package_version("flashinfer-python") == version:
+        return Path(sys.executable)
+    return env_dir(version) / "bin" / "python"
+
+
+def ensure_env(version: str) -> VersionResult:
+    """Build (or reuse) the environment for one version, with the main environment's torch
+    (``env="main"``: the version this environment has); never raises for an install failure (a
+    version that does not exist fails in seconds)."""
+    if probe.package_version("flashinfer-python") == version:
+        return VersionResult(version, "main")
     env = venvs.ensure(
-        env_dir(version),
-        [  # the FlashInfer wheel first, so a version that does not exist fails in seconds
-            ["download", "-q", "--no-deps", "-d", str(wheels), wheel],
-            ["install", "-q", torch_spec],
-            ["install", "-q", wheel, torch_spec],
-        ],
+        env_dir(version), [["install", venvs.torch_requirement(), f"flashinfer-python=={version}"]]
     )
+    package = next(env_dir(version).glob("lib/python*/site-packages/flashinfer"), None)
     return VersionResult(
         version,
         env.status,
         env.seconds,
-        env_bytes=env.bytes,
-        wheel_bytes=paths.disk_bytes(wheels) if wheels.exists() else 0,
+        env_bytes=env.own_bytes,
+        wheel_bytes=paths.disk_bytes(package) if package else 0,
         error=env.error,
     )
 
@@ -54,9 +60,8 @@ def trace_in_env(result: VersionResult) -> VersionResult:
     log, out = logs / f"flashinfer-{result.version}.log", logs / f"flashinfer-{result.version}.json"
     for stale in (log, out):
         stale.unlink(missing_ok=True)
-    python = env_dir(result.version) / "bin" / "python"
     finished = process.run(
-        [python, "-m", "fp4lab.compile.matrix.child", out],
+        [python(result.version), "-m", "fp4lab.compile.matrix.child", out],
         log,
         TRACE_TIMEOUT_S,
         env=dict(os.environ, PYTHONPATH=str(paths.REPO_ROOT / "lib")),
