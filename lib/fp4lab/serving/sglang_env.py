@@ -138,7 +138,9 @@ def steps(version: str, requirements: dict[str, Requirement]) -> list[list[str]]
     """The uv steps that build the environment for ``version`` from its wheel's requirements:
     torch is the main environment's in every step."""
     if "torch" not in requirements or "flashinfer-python" not in requirements:
-        raise ValueError(f"sglang=={version} pins no torch or FlashInfer; its requirements cannot be read")
+        raise ValueError(
+            f"sglang=={version} pins no torch or FlashInfer; its requirements cannot be read"
+        )
     torch = venvs.torch_requirement()
     kernel = [k for k in KERNEL_PACKAGES if canonicalize_name(k) in requirements]
     return [
