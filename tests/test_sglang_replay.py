@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from fp4lab.core import catalog, paths, records, runner
-from fp4lab.serving.replay import decide, env, scan, study, versions
+from fp4lab.serving.replay import decide, scan, study, versions
 
 STORY_SIGNATURES = ["subprocess", "file_io", "compiler_disable_under_fullgraph"]
 SGLANG_COMPILE = "sglang/srt/compilation/compile.py"
