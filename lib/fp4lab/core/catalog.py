@@ -1,7 +1,8 @@
 """Which notebooks exist, what each needs, and which of them this machine can run.
 
 Each notebook declares in its metadata ``fp4lab: {title, needs, duration_s, story}``
-(as pytorch/tutorials declares hardware and duration per tutorial); core.runner executes them.
+(as pytorch/tutorials declares hardware and duration per tutorial), and may declare
+``cell_timeout_s`` (else derived from ``duration_s``); core.runner executes them.
 """
 
 from __future__ import annotations
@@ -27,10 +28,17 @@ class Notebook:
     needs: str
     duration_s: int
     story: str
+    cell_timeout_s: int
 
     @property
     def number(self) -> str:
         return self.name.split("_", 1)[0]
+
+
+def cell_timeout_for(duration_s: int) -> int:
+    """The time one cell may take before it is stopped as hung: three times the notebook's
+    declared duration (a cold cache, a busy machine), and never under two minutes."""
+    return max(120, 3 * duration_s)
 
 
 def notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Notebook]:
@@ -46,6 +54,7 @@ def notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Notebook]:
                 meta.get("needs", "cpu"),
                 int(meta.get("duration_s", 60)),
                 meta.get("story", ""),
+                int(meta.get("cell_timeout_s", cell_timeout_for(int(meta.get("duration_s", 60))))),
             )
         )
     return found

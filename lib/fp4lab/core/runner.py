@@ -3,7 +3,11 @@
 ``reproduce`` executes every selected notebook whose needs the machine meets, writes the
 executed copy and an HTML export with code hidden to build/, records every notebook's status
 (ran, failed, skipped and why) in data/reproduce.jsonl, and exits non-zero at the end if any
-runnable notebook failed.
+runnable notebook failed. It prints each notebook's start, each cell as it runs (with what the
+cell prints) and the notebook's time; a cell that runs past the notebook's ``cell_timeout_s`` is
+stopped, the notebook fails naming that cell, and the run goes on to the next notebook. Executed
+copies and HTML are written beside their final name and renamed into place, so a reader never
+sees half a file.
 
     python -m fp4lab.core.runner reproduce [--notebooks 01,05] [--param NAME=VALUE ...] [--no-html]
     python -m fp4lab.core.runner list
@@ -12,6 +16,8 @@ runnable notebook failed.
 from __future__ import annotations
 
 import argparse
+import logging
+import os
 import sys
 import time
 from pathlib import Path
@@ -30,21 +36,63 @@ from fp4lab.core.catalog import (
 )
 
 
-def execute(nb: Notebook, out_dir: Path, parameters: dict | None = None) -> Path:
-    """Run one notebook through papermill into ``out_dir``; raises on a failing cell."""
+class NotebookFailed(RuntimeError):
+    """A notebook stopped: which one, in which cell, and why."""
+
+
+def _failed_cell(partial: Path) -> str:
+    """The first code cell (1-based) the executed copy shows as failed or unfinished, '' if none."""
+    if not partial.exists():
+        return ""
+    code = [c for c in nbformat.read(partial, as_version=4).cells if c.cell_type == "code"]
+    for number, cell in enumerate(code, 1):
+        status = cell.get("metadata", {}).get("papermill", {}).get("status")
+        if status in ("failed", "running") or any(
+            o.get("output_type") == "error" for o in cell.outputs
+        ):
+            return f"cell {number} of {len(code)}"
+    return ""
+
+
+def execute(
+    nb: Notebook, out_dir: Path, parameters: dict | None = None, log_output: bool = False
+) -> Path:
+    """Run one notebook through papermill into ``out_dir`` (each cell stopped after the
+    notebook's ``cell_timeout_s``); raises NotebookFailed naming the notebook and the cell."""
     import papermill
 
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / nb.path.name
-    papermill.execute_notebook(
-        str(nb.path),
-        str(executed),
-        parameters=parameters or {},
-        kernel_name=KERNEL,
-        progress_bar=False,
-        cwd=str(nb.path.parent),
-    )
+    partial = out_dir / f".{nb.path.stem}.{os.getpid()}.partial.ipynb"
+    try:
+        papermill.execute_notebook(
+            str(nb.path),
+            str(partial),
+            parameters=parameters or {},
+            kernel_name=KERNEL,
+            progress_bar=False,
+            log_output=log_output,
+            execution_timeout=nb.cell_timeout_s,
+            cwd=str(nb.path.parent),
+        )
+    except Exception as exc:
+        where = _failed_cell(partial)
+        if partial.exists():
+            partial.replace(executed)  # the failed copy, to read what happened
+        timed_out = "timed out" in str(exc).lower() or "timeout" in type(exc).__name__.lower()
+        why = (
+            f"timed out after {nb.cell_timeout_s} s (its cell_timeout_s)"
+            if timed_out
+            else f"{type(exc).__name__}: {_last_line(exc)}"
+        )
+        raise NotebookFailed(f"{nb.name}, {where or 'before its first cell'}: {why}") from exc
+    partial.replace(executed)
     return executed
+
+
+def _last_line(exc: BaseException) -> str:
+    text = str(exc).strip()
+    return text.splitlines()[-1] if text else ""
 
 
 def export_html(executed: Path, out_dir: Path) -> Path:
@@ -57,7 +105,9 @@ def export_html(executed: Path, out_dir: Path) -> Path:
     body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
     out_dir.mkdir(parents=True, exist_ok=True)
     html = out_dir / executed.with_suffix(".html").name
-    html.write_text(body)
+    partial = out_dir / f".{html.stem}.{os.getpid()}.partial.html"
+    partial.write_text(body)
+    partial.replace(html)
     return html
 
 
@@ -66,6 +116,7 @@ def reproduce(
     html: bool = True,
     folder: Path = paths.NOTEBOOKS_DIR,
     parameters: dict | None = None,
+    log_output: bool = True,
 ) -> int:
     """Run every selected notebook the machine can run; 0 when none of them failed.
 
@@ -86,7 +137,10 @@ def reproduce(
     executed_dir, html_dir = paths.build_dir() / "executed", paths.build_dir() / "html"
     failed = []
     for index, (nb, skip) in enumerate(steps, 1):
-        head = f"[{index}/{len(steps)}] {nb.name} (needs {nb.needs}, ~{nb.duration_s} s)"
+        head = (
+            f"[{index}/{len(steps)}] {nb.name} (needs {nb.needs}, ~{nb.duration_s} s, "
+            f"{nb.cell_timeout_s} s a cell at most)"
+        )
         if skip:
             print(f"{head}: SKIPPED: {skip}", flush=True)
             records.append(
@@ -109,14 +163,15 @@ def reproduce(
                 nb,
                 executed_dir,
                 {k: v for k, v in parameters.items() if k in declared.get(nb.name, ())},
+                log_output=log_output,
             )
             if html:
                 export_html(executed, html_dir)
-        except Exception as exc:  # one failing notebook must not stop the others
-            status, reason = (
-                "failed",
-                f"{type(exc).__name__}: {str(exc).strip().splitlines()[-1] if str(exc).strip() else ''}",
-            )
+        except NotebookFailed as exc:  # one failing notebook must not stop the others
+            status, reason = "failed", str(exc)
+            failed.append(nb.name)
+        except Exception as exc:
+            status, reason = "failed", f"{nb.name}: {type(exc).__name__}: {_last_line(exc)}"
             failed.append(nb.name)
         seconds = time.perf_counter() - started
         print(f"    {status.upper()} in {seconds:.1f} s {reason}", flush=True)
@@ -143,6 +198,8 @@ def reproduce(
 
 def main(argv: list[str] | None = None) -> int:
     paths.use_build_caches()
+    logging.basicConfig(format="    %(message)s")  # papermill's cell-by-cell progress
+    logging.getLogger("papermill").setLevel(logging.INFO)
     parser = argparse.ArgumentParser(
         prog="python -m fp4lab.core.runner", description=__doc__.splitlines()[0]
     )

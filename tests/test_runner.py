@@ -1,0 +1,41 @@
+"""core.runner: a hung cell stops at the notebook's cell timeout with the notebook and the cell
+named, the run goes on to the next notebook, and nothing half-written is left in place."""
+
+from __future__ import annotations
+
+import time
+
+import nbformat
+
+from fp4lab.core import records, runner
+
+
+def _notebook(folder, name: str, source: str, **meta) -> None:
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["fp4lab"] = {"title": name, "needs": "cpu", "duration_s": 1, **meta}
+    nb.metadata["kernelspec"] = {"name": "fp4lab", "display_name": "fp4lab", "language": "python"}
+    parameters = nbformat.v4.new_code_cell("x = 1")
+    parameters.metadata["tags"] = ["parameters"]
+    nb.cells = [parameters, nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+def test_a_hung_cell_stops_at_its_timeout_and_the_run_goes_on(tmp_path, isolated_outputs, monkeypatch):
+    monkeypatch.setenv("FP4LAB_BUILD_DIR", str(tmp_path / "build"))
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder, "01_hangs", "import time\ntime.sleep(600)", cell_timeout_s=5)
+    _notebook(folder, "02_runs", "print('after the hung one')")
+    started = time.monotonic()
+    assert runner.reproduce(folder=folder, html=True) == 1
+    assert time.monotonic() - started < 120, "the hung cell was not stopped at its timeout"
+    rows = {r["values"]["notebook"]: r["values"] for r in records.read("reproduce")}
+    assert rows["01_hangs"]["status"] == "failed"
+    assert rows["01_hangs"]["reason"] == (
+        "01_hangs, cell 2 of 2: timed out after 5 s (its cell_timeout_s)"
+    )
+    assert rows["02_runs"]["status"] == "ran"
+    executed = tmp_path / "build" / "executed"
+    assert sorted(p.name for p in executed.iterdir()) == ["01_hangs.ipynb", "02_runs.ipynb"]
+    html = tmp_path / "build" / "html"
+    assert sorted(p.name for p in html.iterdir()) == ["02_runs.html"], "no partial file is left"
