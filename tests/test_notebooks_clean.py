@@ -8,13 +8,15 @@ import nbformat
 import papermill
 import pytest
 
-from fp4lab.core import catalog, probe
+from fp4lab.core import catalog, paths, probe, runner
 
 NOTEBOOKS = catalog.notebooks()
 
 
-def test_there_are_notebooks():
-    assert len(NOTEBOOKS) >= 6
+def test_every_notebook_file_is_in_the_catalog_in_number_order():
+    files = sorted(p.stem for p in paths.NOTEBOOKS_DIR.glob("*.ipynb"))
+    assert [nb.name for nb in NOTEBOOKS] == files
+    assert [int(nb.number) for nb in NOTEBOOKS] == list(range(len(files)))
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
@@ -111,3 +113,53 @@ def test_the_setup_cell_refuses_a_bad_value_of_every_parameter(nb, name, isolate
     with pytest.raises((ValueError, TypeError)) as refused:
         exec(compile(setup, f"{nb.name}-setup", "exec"), namespace)
     assert name in str(refused.value), f"{nb.name}: the error does not name {name}: {refused.value}"
+
+
+BAD = [
+    ("00_environment", {"notebooks": "42"}, "notebooks contains '42', which is not a notebook"),
+    ("01_nvcc_subprocess_crash", {"backend": "tvm"}, "backend='tvm' is not allowed"),
+    ("02_file_io_trace", {"target_sm": "12.5"}, "target_sm='12.5' is not a known SM"),
+    ("03_compiler_disable_fullgraph", {"ffn": 100}, "ffn=100 must be a multiple of 16"),
+    ("04_fullgraph_false_tradeoff", {"scale": 3}, "scale=3 is not allowed"),
+    ("05_custom_op_fix", {"tokens": 0}, "tokens=0 must be a positive integer"),
+    ("06_nvfp4_kernels", {"shapes": [[64, 48]]}, "shapes K=48 must be a multiple of 32"),
+    ("06_nvfp4_kernels", {"shapes": [[2, 64, 256]]}, "3-D inputs are not allowed"),
+    ("06_nvfp4_kernels", {"distributions": ["cauchy"]},
+     "distributions contains 'cauchy'; allowed values: normal, student_t, outlier_channels"),
+    ("06_nvfp4_kernels", {"device": "tpu"}, "device='tpu' is not allowed"),
+    ("07_mscclpp_allreduce", {"sizes": "3KiB"}, "sizes contains '3KiB'"),
+    ("07_mscclpp_allreduce", {"backends": ["nvlink"]}, "backends contains 'nvlink'"),
+    ("07_mscclpp_allreduce", {"cpu_ranks": 1}, "world size 1 is too small"),
+    ("07_mscclpp_allreduce", {"gpu_ranks": 1}, "gpu_ranks=1 is not allowed"),
+    ("08_single_batch_overlap", {"chunks": [3]}, "chunks contains 3"),
+    ("08_single_batch_overlap", {"collective": "broadcast"}, "collective='broadcast' is not allowed"),
+    ("08_single_batch_overlap", {"scale": 5}, "scale=5 is not allowed"),
+    ("08_single_batch_overlap", {"tp_size": -1}, "tp_size=-1 is not allowed"),
+    ("08_single_batch_overlap", {"model_path": "/no/such/model"},
+     "model_path='/no/such/model' is not allowed"),
+    ("10_decision_report", {"show_provenance": "yes"}, "show_provenance='yes' is not allowed"),
+]  # fmt: skip
+"""Values a user could mistype, and the words the setup cell must answer with."""
+
+
+@pytest.mark.parametrize(
+    ("name", "bad", "message"), BAD, ids=[f"{n}-{next(iter(b))}" for n, b, _ in BAD]
+)
+def test_the_setup_cell_names_each_mistyped_value(name, bad, message, isolated_outputs):
+    (nb,) = [n for n in NOTEBOOKS if n.name == name]
+    defaults, setup = _parameters_and_setup(nb)
+    with pytest.raises((ValueError, TypeError)) as refused:
+        exec(compile(setup, f"{nb.name}-setup", "exec"), {**defaults, **bad})
+    assert message in str(refused.value)
+    assert not (isolated_outputs / "data").exists(), "nothing is recorded for a refused value"
+
+
+@pytest.mark.notebook
+def test_a_bad_parameter_stops_papermill_in_the_setup_cell(run_notebook, isolated_outputs):
+    """One real papermill run: the refusal reaches the user naming the notebook, the cell and
+    the value, before any record is written."""
+    with pytest.raises(runner.NotebookFailed) as failure:
+        run_notebook("05_custom_op_fix", tokens=0)
+    assert str(failure.value).startswith("05_custom_op_fix, cell 3 of ")
+    assert "tokens=0 must be a positive integer" in str(failure.value)
+    assert not (isolated_outputs / "data").exists()

@@ -20,7 +20,9 @@ def _notebook(folder, name: str, source: str, **meta) -> None:
     nbformat.write(nb, folder / f"{name}.ipynb")
 
 
-def test_a_hung_cell_stops_at_its_timeout_and_the_run_goes_on(tmp_path, isolated_outputs, monkeypatch):
+def test_a_hung_cell_stops_at_its_timeout_and_the_run_goes_on(
+    tmp_path, isolated_outputs, monkeypatch
+):
     monkeypatch.setenv("FP4LAB_BUILD_DIR", str(tmp_path / "build"))
     folder = tmp_path / "notebooks"
     folder.mkdir()
