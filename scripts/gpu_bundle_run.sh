@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# run.sh of the offline GPU bundle (make gpu-bundle): ./run.sh OUT_DIR
+# run.sh of the offline GPU bundle (make gpu-bundle): ./run.sh OUT_DIR [--param NAME=VALUE ...]
 #
 # Needs a python3 (PYTHON=..., default python3) with torch >= 2.11; reaches no registry.
 # Installs what that interpreter lacks from wheels/ into OUT_DIR/.site (pip, offline), runs the
@@ -7,12 +7,14 @@
 # CPU defaults elsewhere, every GPU check then recorded as skipped; 05 only where FlashInfer
 # imports: the story's call site is FlashInfer's), and writes records to
 # OUT_DIR/data, figures to OUT_DIR/figures, executed notebooks to OUT_DIR/build, and one
-# summary line per notebook to the terminal and OUT_DIR/summary.txt.
+# summary line per notebook to the terminal and OUT_DIR/summary.txt. Parameters after OUT_DIR
+# go to the notebooks run without a CUDA device (e.g. small ones for a quick check).
 set -euo pipefail
-[[ $# -eq 1 ]] || { echo "usage: $0 OUT_DIR" >&2; exit 2; }
+[[ $# -ge 1 ]] || { echo "usage: $0 OUT_DIR [--param NAME=VALUE ...]" >&2; exit 2; }
 HERE=$(cd "$(dirname "$0")" && pwd)
 mkdir -p "$1"
 OUT=$(cd "$1" && pwd)
+shift
 PY=${PYTHON:-python3}
 SITE="$OUT/.site"
 
@@ -44,7 +46,7 @@ else
   notebooks=04,06
   if "$PY" -c 'import flashinfer' 2>/dev/null; then notebooks=04,05,06; fi
   echo "no CUDA device: notebooks $notebooks with their CPU defaults; GPU checks recorded as skipped"
-  "$PY" -m fp4lab.core.runner reproduce --notebooks "$notebooks" --no-html || status=$?
+  "$PY" -m fp4lab.core.runner reproduce --notebooks "$notebooks" --no-html "$@" || status=$?
 fi
 "$PY" -m fp4lab.core.bundle summary "$OUT/data" | tee "$OUT/summary.txt"
 exit $status

@@ -26,14 +26,32 @@ def test_unknown_notebook_names_the_variable_and_allowed_values():
         catalog.select("01,99_nope", catalog.notebooks())
 
 
-def test_plan_skips_with_reasons():
-    gpu_only = catalog.Notebook("x", None, "x", "multi-gpu", 1, "")
-    machine = probe.machine()
-    [(planned, reason)] = catalog.plan([gpu_only], machine)
-    assert planned is gpu_only
-    assert reason == machine.missing("multi-gpu")
-    if machine.gpu_count < 2:
-        assert reason.startswith("needs 2 or more GPUs")
+def _machine(gpus: int, sm: tuple[int, int] | None, torch_cuda: str | None = "12.8"):
+    return probe.Machine(
+        python="3.11", platform="linux", cpu_count=2, packages={}, torch_cuda=torch_cuda,
+        cuda_available=gpus > 0, gpu_count=gpus, device_name="NVIDIA H200" if gpus else "cpu",
+        sm=sm, nvcc_path=None, nvcc_version=None,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("machine", "expected"),
+    [
+        (_machine(0, None, torch_cuda=None),
+         {"gpu": "no CUDA GPU visible to torch (torch is a CPU build)",
+          "fp4-gpu": "needs SM100+ (Blackwell); this machine has no CUDA GPU",
+          "multi-gpu": "needs 2 or more GPUs; this machine has 0"}),
+        (_machine(1, (9, 0)),
+         {"gpu": None, "fp4-gpu": "needs SM100+ (Blackwell); this machine has SM90 (NVIDIA H200)",
+          "multi-gpu": "needs 2 or more GPUs; this machine has 1"}),
+        (_machine(2, (10, 0)), {"gpu": None, "fp4-gpu": None, "multi-gpu": None}),
+    ],
+)  # fmt: skip
+def test_plan_skips_each_need_the_machine_lacks_with_its_reason(machine, expected):
+    chosen = [catalog.Notebook(n, None, n, n, 1, "", 120) for n in ("cpu", *expected)]
+    planned = catalog.plan(chosen, machine)
+    assert [nb for nb, _ in planned] == chosen
+    assert dict((nb.needs, reason) for nb, reason in planned) == {"cpu": None, **expected}
 
 
 def _notebook(folder, name, source, needs="cpu"):

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from fp4lab.core import paths
@@ -22,9 +24,11 @@ def test_readme_blocks_agree_with_the_committed_records(committed_data):
 def test_a_number_changed_by_hand_is_caught(committed_data):
     text = (paths.REPO_ROOT / "README.md").read_text()
     start = text.index("<!-- generated: timings -->")
-    digit = next(i for i in range(start, len(text)) if text[i].isdigit())
-    edited = text[:digit] + str((int(text[digit]) + 1) % 10) + text[digit + 1 :]
-    assert readme.render(edited) != edited
+    measured = re.compile(r"(\d+\.\d+) s together").search(text, start)
+    assert measured, "the timings block quotes the story's seconds"
+    changed = f"{float(measured.group(1)) + 1:.2f}"
+    edited = text[: measured.start(1)] + changed + text[measured.end(1) :]
+    assert readme.render(edited) == text, "the measured number is restored from the records"
 
 
 def test_an_unknown_block_is_refused():
