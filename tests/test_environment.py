@@ -1,4 +1,6 @@
-"""environment.yml states the same pins as pyproject.toml and the Makefile's default torch."""
+"""The lock (requirements.lock) is what make installs: it pins every direct dependency at the
+version pyproject.toml asks for, torch at the Makefile's one pin, everything with hashes, and
+environment.yml installs from it."""
 
 from __future__ import annotations
 
@@ -7,38 +9,53 @@ import tomllib
 
 from packaging.requirements import Requirement
 
-from fp4lab.core import paths
+from fp4lab.core import paths, probe
+
+LOCK = paths.REPO_ROOT / "requirements.lock"
 
 
-def _yaml_pip_pins() -> dict[str, str]:
-    text = (paths.REPO_ROOT / "environment.yml").read_text()
-    pins = {}
-    for line in re.findall(r"^\s+- (\S+==\S+)\s*$", text, flags=re.MULTILINE):
-        req = Requirement(line)
-        pins[req.name] = str(req.specifier)
-    return pins
+def _locked() -> dict[str, tuple[str, int]]:
+    """Each locked package: its version and how many hashes it carries."""
+    text = LOCK.read_text()
+    found = {}
+    for match in re.finditer(
+        r"^(\S+)==(\S+) \\\n((?:\s+--hash=sha256:\w+(?: \\)?\n)+)", text, re.M
+    ):
+        found[match.group(1)] = (match.group(2), match.group(3).count("--hash="))
+    return found
 
 
-def test_environment_yml_agrees_with_pyproject():
+def _makefile_torch() -> str:
+    makefile = (paths.REPO_ROOT / "Makefile").read_text()
+    return re.search(r"^TORCH\s*\?=\s*torch==(\S+)", makefile, flags=re.MULTILINE).group(1)
+
+
+def test_the_lock_pins_every_dependency_as_pyproject_asks_with_hashes():
     project = tomllib.loads((paths.REPO_ROOT / "pyproject.toml").read_text())["project"]
     declared = [
         Requirement(r) for r in project["dependencies"] + project["optional-dependencies"]["test"]
     ]
-    yaml = _yaml_pip_pins()
+    locked = _locked()
+    assert len(locked) == LOCK.read_text().count("==") > 100, "every line parsed, with its hashes"
     for req in declared:
-        assert req.name in yaml, f"{req.name} is in pyproject.toml but not in environment.yml"
-        if req.name == "torch":
-            assert req.specifier.contains(yaml["torch"].removeprefix("=="))
-        else:
-            assert yaml[req.name] == str(req.specifier), (
-                f"{req.name}: environment.yml {yaml[req.name]} vs pyproject {req.specifier}"
-            )
-    assert set(yaml) == {r.name for r in declared}, (
-        "environment.yml pins a package pyproject.toml does not declare"
-    )
+        assert req.name in locked, f"{req.name} is in pyproject.toml but not in the lock: make lock"
+        version, hashes = locked[req.name]
+        assert req.specifier.contains(version, prereleases=True), (req.name, version)
+        assert hashes >= 1
+    assert locked["torch"][0] == _makefile_torch(), "the lock is compiled with the Makefile's TORCH"
 
 
-def test_makefile_default_torch_is_the_environment_pin():
-    makefile = (paths.REPO_ROOT / "Makefile").read_text()
-    default = re.search(r"^TORCH\s*\?=\s*torch==(\S+)", makefile, flags=re.MULTILINE).group(1)
-    assert _yaml_pip_pins()["torch"] == f"=={default}"
+def test_make_installed_exactly_the_lock():
+    """torch and Triton are left out: a GPU machine installs its own build (make TORCH=...)."""
+    for name, (version, _) in _locked().items():
+        if name in ("torch", "triton"):
+            continue
+        assert probe.package_version(name) == version, f"{name}: installed differs from the lock"
+
+
+def test_environment_yml_installs_the_lock():
+    text = (paths.REPO_ROOT / "environment.yml").read_text()
+    assert re.findall(r"^\s+- (-r \S+|-e \S+)$", text, flags=re.M) == [
+        "-r requirements.lock",
+        "-e .",
+    ]
