@@ -159,6 +159,7 @@ def test_a_version_that_cannot_install_is_recorded_and_the_others_go_on(
 
 
 @pytest.mark.notebook
+@pytest.mark.environments
 def test_09_measures_two_versions_with_the_forwarding_detector(run_notebook):
     rows, _ = run_notebook("09_version_matrix", versions=",".join(PAIR))
     measured = {r["values"]["version"]: r for r in rows if r["kind"] == "version"}

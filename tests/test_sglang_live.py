@@ -18,7 +18,7 @@ from fp4lab.comm.allreduce import params as allreduce_params
 from fp4lab.core import probe, process, records
 from fp4lab.serving import bench, cli, config, live, logs, mscclpp_api, sglang_env
 
-pytestmark = pytest.mark.serving
+pytestmark = [pytest.mark.serving, pytest.mark.environments]
 FIXTURES = Path(__file__).parent / "fixtures"
 sys.path.insert(0, str(FIXTURES))
 import fake_sglang  # noqa: E402

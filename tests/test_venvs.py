@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from importlib import metadata
 
+import pytest
+
 from fp4lab.core import paths, venvs
+
+pytestmark = pytest.mark.environments
 
 
 def test_built_then_reused_while_the_recipe_is_the_same(tmp_path):
