@@ -69,8 +69,10 @@ def signature_seconds() -> tuple[dict[str, float], dict[str, list[str]]]:
 
 
 def make_reproduce(checkout: Path) -> float:
+    """Seconds of `make reproduce` in ``checkout``; its progress is shown as it runs."""
+    print(f"$ make reproduce  (in {checkout})", flush=True)
     started = time.perf_counter()
-    subprocess.run(["make", "reproduce"], cwd=checkout, check=True, stdout=subprocess.DEVNULL)
+    subprocess.run(["make", "reproduce"], cwd=checkout, check=True)
     return time.perf_counter() - started
 
 
@@ -102,7 +104,7 @@ def main() -> None:
             env_free = {
                 k: v
                 for k, v in os.environ.items()
-                if not k.startswith(("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_"))
+                if not k.startswith(("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_", "UV_"))
             }
             os.environ.clear()
             os.environ.update(env_free)
