@@ -30,7 +30,7 @@ def test_bad_versions_and_sms_are_refused_before_any_install(given, sms, named):
         study.prepare(given, sms)
     if "contains" in str(raised.value):  # an unknown value: the allowed ones are named
         assert "allowed values: " in str(raised.value)
-    assert not (paths.build_dir() / "sglang" / "0.5.99").exists()
+    assert not (paths.build_dir() / "sglang-compile" / "0.5.99").exists()
 
 
 def test_the_scan_names_direct_and_wrapped_calls(tmp_path):
@@ -70,7 +70,7 @@ def test_a_failed_install_is_recorded_and_the_others_go_on(isolated_outputs):
     assert all(f"sglang=={f['version']}" in f["error"] for f in failed)
     summary = [r["values"] for r in found if r["kind"] == "summary"][-1]
     assert summary["versions_measured"] == [] and set(missing) <= set(summary["versions_failed"])
-    assert not any((paths.build_dir() / "sglang" / v).exists() for v in missing)
+    assert not any((paths.build_dir() / "sglang-compile" / v).exists() for v in missing)
 
 
 @pytest.fixture(scope="module")

@@ -1,15 +1,13 @@
 """SGLang in its own environment under build/sglang/<version>/, never the notebooks' interpreter.
 
 SGLang pins its own torch, transformers and CUDA packages, which cannot live beside fp4lab's.
-``ensure_sglang`` builds (or reuses) one side environment per release with ``fp4lab.core.venvs``,
-for both the CPU server and the replay of its compile path (notebook 11): the main
-environment's torch and a torchvision that matches it, the FlashInfer release SGLang pins (with
-its own dependencies), the sglang wheel itself and its kernel package without their
-dependencies, and the packages its server, its benchmark clients, its argument parser and its
-compile path import, each at the version the release pins (read from the wheel's own
-metadata). Where the release pins another torch, the records of its users say so. Where a
-CUDA-only binary cannot load on this machine, ``fp4lab.serving.standins`` puts a small, listed
-stand-in in its place and the environment says which.
+``ensure_sglang`` builds (or reuses) a side environment with ``fp4lab.core.venvs`` (uv, one
+shared cache): the main environment's torch and a torchvision that matches it, the sglang wheel
+itself and its kernel package without their dependencies, and the packages its server, its
+benchmark clients and its argument parser import, each at the version the release pins (read
+from the wheel's own metadata). Where a CUDA-only binary cannot load on this machine,
+``fp4lab.serving.standins`` puts a small, listed stand-in in its place and the environment says
+which. The replay of a release's compile path has its own environment (``serving.replay.env``).
 """
 
 from __future__ import annotations
@@ -40,15 +38,9 @@ PACKAGES = (
     "gguf", "openai", "jsonschema", "xgrammar", "soundfile", "requests", "tqdm", "einops", "packaging", "regex",
     # what its benchmark clients import
     "datasets", "tabulate",
-    # what its compilation package and ``modelopt_quant`` import beside those
-    "triton", "scipy",
 )  # fmt: skip
-"""SGLang's dependencies its CPU server, its benchmark clients and its compile path need; the
-rest of its list is CUDA kernels, model-specific extras and tooling this harness never imports."""
-
-FLASHINFER_WHEEL_FOR = {"0.4.0": "0.5.0", "0.4.1": "0.5.0"}
-"""FlashInfer releases before 0.5.0 ship no wheel (a source archive whose build needs CUDA):
-the first release with one stands in, and the records say so."""
+"""SGLang's dependencies its CPU server and benchmark clients need; the rest of its list is CUDA
+kernels, model-specific extras and tooling this harness never imports."""
 
 KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel")
 """SGLang's kernel package (renamed across releases): installed without its dependencies, for its
@@ -128,23 +120,15 @@ def pinned(names: tuple[str, ...], requirements: dict[str, Requirement]) -> list
     return out
 
 
-def flashinfer_requirement(requirements: dict[str, Requirement]) -> str:
-    """The FlashInfer the release pins, or the first release with a wheel where it has none."""
-    pinned_to = str(requirements["flashinfer-python"].specifier).removeprefix("==")
-    return f"flashinfer-python=={FLASHINFER_WHEEL_FOR.get(pinned_to, pinned_to)}"
-
-
 def steps(version: str, requirements: dict[str, Requirement]) -> list[list[str]]:
     """The uv steps that build the environment for ``version`` from its wheel's requirements:
     torch is the main environment's in every step."""
-    if "torch" not in requirements or "flashinfer-python" not in requirements:
-        raise ValueError(
-            f"sglang=={version} pins no torch or FlashInfer; its requirements cannot be read"
-        )
+    if "torch" not in requirements:
+        raise ValueError(f"sglang=={version} pins no torch; its requirements cannot be read")
     torch = venvs.torch_requirement()
     kernel = [k for k in KERNEL_PACKAGES if canonicalize_name(k) in requirements]
     return [
-        ["install", torch, "torchvision", flashinfer_requirement(requirements)],
+        ["install", torch, "torchvision"],
         ["install", "--no-deps", f"sglang=={version}", *pinned(tuple(kernel), requirements)],
         ["install", *pinned(PACKAGES, requirements), torch],
     ]

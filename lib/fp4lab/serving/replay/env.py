@@ -1,22 +1,40 @@
-"""An SGLang release's environment (``serving.sglang_env``) seen from its compile path.
+"""One environment per SGLang version for its compile path, under build/sglang-compile/<version>/.
 
-The replay runs in the same environment as the release's CPU server, build/sglang/<version>/
-(one environment per release): the main environment's torch, the FlashInfer release SGLang
-pins, ``sglang==<version>`` and its kernel package, and what its compile path imports. Where the
-release pins another torch (2.8, 2.9.1, 2.11, 2.14.1: no CPU wheel at hand), SGLang runs on the
-main environment's and the records say so. A version that fails to download or install is
-returned with the reason, never raised.
+What SGLang's piecewise compile path and its NVFP4 linear method import on a CPU machine, and
+nothing of its server: torch at the project's CPU pin, the FlashInfer release SGLang pins (with
+its own dependencies), ``sglang==<version>`` and its kernel package without dependencies, and
+the import set of ``IMPORT_PACKAGES`` at the versions the release pins. Where the release pins
+another torch (2.8, 2.9.1, 2.11, 2.14.1: no CPU wheel at hand), SGLang runs on torch 2.13.0 and
+the records say so. Built and reused by ``core.venvs`` (one shared pip download cache); a
+version that fails to download or install is returned with the reason, never raised.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
-from fp4lab.core import paths
+from packaging.utils import canonicalize_name
+
+from fp4lab.core import paths, venvs
 from fp4lab.serving import sglang_env, standins
+
+IMPORT_PACKAGES = (
+    "numpy", "orjson", "psutil", "pybase64", "pillow", "fastapi", "msgspec", "transformers",
+    "pydantic", "pyzmq", "uvicorn", "uvloop", "setproctitle", "xxhash", "partial_json_parser",
+    "interegular", "python-multipart", "prometheus-client", "IPython", "aiohttp", "dill",
+    "sentencepiece", "requests", "tqdm", "einops", "packaging", "regex", "triton", "scipy",
+    "openai", "torchvision", "compressed-tensors", "gguf",
+)  # fmt: skip
+"""What importing SGLang's compilation package and ``modelopt_quant`` needs (read from its
+imports); its server, model loaders and CUDA kernels stay out."""
+
+FLASHINFER_WHEEL_FOR = {"0.4.0": "0.5.0", "0.4.1": "0.5.0"}
+"""FlashInfer releases before 0.5.0 ship no wheel (a source archive whose build needs CUDA):
+the first release with one stands in, and the records say so."""
 
 PRELUDE = "import sys; sys.path.insert(0, {lib!r}); import fp4lab.compile.target; "
 """Run before each stand-in's import check: FlashInfer imported as the child imports it (some
@@ -50,11 +68,31 @@ class CompileEnv:
 
 
 def env_dir(version: str) -> Path:
-    return sglang_env.env_root(version)
+    return paths.build_dir() / "sglang-compile" / version
 
 
 PINNED = ("torch", "flashinfer-python", *sglang_env.KERNEL_PACKAGES, "transformers")
 """The pins every record shows."""
+
+
+def release_pins(wheel: Path) -> dict[str, str]:
+    """Every unconditional requirement of the release, by normalised name: its specifier."""
+    return {n: str(r.specifier) for n, r in sglang_env.release_requirements(wheel).items()}
+
+
+def steps(version: str, pins: dict[str, str]) -> list[list[str]]:
+    """FlashInfer (with its dependencies) on the CPU torch, sglang and its kernel package without
+    theirs, then the import set at the release's pins; torch is the main environment's in every
+    step."""
+    torch = venvs.torch_requirement()
+    flashinfer = f"flashinfer-python{pins.get('flashinfer-python', '')}"
+    kernels = [f"{k}{pins[k]}" for k in sglang_env.KERNEL_PACKAGES if k in pins]
+    imports = [f"{name}{pins.get(canonicalize_name(name), '')}" for name in IMPORT_PACKAGES]
+    return [
+        ["install", torch, flashinfer],
+        ["install", "--no-deps", f"sglang=={version}", *kernels],
+        ["install", *imports, torch],
+    ]
 
 
 def _installed(python: Path) -> dict[str, str]:
@@ -69,28 +107,30 @@ def _installed(python: Path) -> dict[str, str]:
 
 
 def ensure_env(version: str) -> CompileEnv:
-    """Build or reuse build/sglang/<version>/venv; a failure is returned with its reason."""
-    built = sglang_env.ensure_sglang(version)
-    environment = built.environment
-    result = CompileEnv(version, environment.status, environment.seconds)
+    """Build or reuse build/sglang-compile/<version>/venv; a failure is returned with its reason."""
+    wheel, error = sglang_env.download_wheel(version, env_dir(version) / "wheel")
+    if wheel is None:
+        with contextlib.suppress(OSError):  # leave nothing behind for a missing release
+            env_dir(version).rmdir()
+        return CompileEnv(version, "failed", error=error)
+    requirements = release_pins(wheel)
+    pins = {n: requirements[n] for n in PINNED if n in requirements}
+    pinned = requirements.get("flashinfer-python", "").removeprefix("==")
+    if pinned in FLASHINFER_WHEEL_FOR:
+        requirements["flashinfer-python"] = f"=={FLASHINFER_WHEEL_FOR[pinned]}"
+    environment = venvs.ensure(env_dir(version) / "venv", steps(version, requirements))
+    result = CompileEnv(version, environment.status, environment.seconds, pins=pins)
     if environment.status == "failed":
-        result.error = built.error
+        result.error = environment.error
         return result
-    wheel = sglang_env.download_wheel(version, env_dir(version) / "wheel")[0]
-    requirements = sglang_env.release_requirements(wheel)
-    result.pins = {n: str(requirements[n].specifier) for n in PINNED if n in requirements}
     result.env_bytes = environment.own_bytes
     result.installed = _installed(environment.python)
     result.differs = [
-        f"{name}: release pins {pin}, installed {result.installed[name]}"
-        for name, pin in result.pins.items()
-        if name in result.installed
-        and pin.startswith("==")
-        and pin[2:] != result.installed[name].split("+")[0]
+        f"{name}: release pins {pins[name]}, installed {have}"
+        for name, have in result.installed.items()
+        if name in pins and pins[name].startswith("==") and pins[name][2:] != have.split("+")[0]
     ]
     prelude = PRELUDE.format(lib=str(paths.REPO_ROOT / "lib"))
-    more, result.error = standins.apply(environment.python, prelude)
-    result.standins = more
-    result.status = "failed" if result.error or built.error else result.status
-    result.error = result.error or built.error
+    result.standins, result.error = standins.apply(environment.python, prelude)
+    result.status = "failed" if result.error else result.status
     return result
