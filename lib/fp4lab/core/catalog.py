@@ -46,15 +46,16 @@ def notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Notebook]:
     found = []
     for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
         meta = nbformat.read(path, as_version=4).metadata.get("fp4lab", {})
+        duration_s = int(meta.get("duration_s", 60))
         found.append(
             Notebook(
                 path.stem,
                 path,
                 meta.get("title", path.stem),
                 meta.get("needs", "cpu"),
-                int(meta.get("duration_s", 60)),
+                duration_s,
                 meta.get("story", ""),
-                int(meta.get("cell_timeout_s", cell_timeout_for(int(meta.get("duration_s", 60))))),
+                int(meta.get("cell_timeout_s", cell_timeout_for(duration_s))),
             )
         )
     return found

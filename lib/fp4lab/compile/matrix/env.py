@@ -23,10 +23,15 @@ def env_dir(version: str) -> Path:
     return paths.build_dir() / "matrix" / f"flashinfer-{version}"
 
 
+def _is_installed_here(version: str) -> bool:
+    """Whether this (the main) environment already has FlashInfer ``version``."""
+    return probe.package_version("flashinfer-python") == version
+
+
 def python(version: str) -> Path:
     """The interpreter whose environment has FlashInfer ``version``: this one where it is the
     installed release, else the version's own environment."""
-    if probe.package_version("flashinfer-python") == version:
+    if _is_installed_here(version):
         return Path(sys.executable)
     return env_dir(version) / "bin" / "python"
 
@@ -35,7 +40,7 @@ def ensure_env(version: str) -> VersionResult:
     """Build (or reuse) the environment for one version, with the main environment's torch
     (``env="main"``: the version this environment has); never raises for an install failure (a
     version that does not exist fails in seconds)."""
-    if probe.package_version("flashinfer-python") == version:
+    if _is_installed_here(version):
         return VersionResult(version, "main")
     env = venvs.ensure(
         env_dir(version), [["install", venvs.torch_requirement(), f"flashinfer-python=={version}"]]
