@@ -3,6 +3,7 @@ input named, fake tensors where a kernel cannot run here, and notebook 12 on one
 
 from __future__ import annotations
 
+import re
 import textwrap
 
 import pytest
@@ -70,6 +71,7 @@ def test_help_names_the_stages_and_the_signatures(capsys):
     ("argv", "named"),
     [
         (["{m}:tiny", "--sm", "9.9", "--inputs", "f32[4]"], "sms='9.9' is not a known SM"),
+        (["{m}:tiny", "--versions", "abc"], "versions contains 'abc', which is not a version"),
         (["{m}:nope", "--inputs", "f32[4]"], "has no attribute 'nope'"),
         (["{m}", "--inputs", "f32[4]"], "must be module:function"),
         (["{m}:tiny", "--inputs", "f32[4] f32[4] f32[4]"], "does not match tiny(x, scale=2.0)"),
@@ -82,11 +84,11 @@ def test_bad_input_is_named(user_module, capsys, argv, named):
     assert named in capsys.readouterr().err
 
 
-def test_an_unknown_sm_among_known_ones_is_named_and_the_others_go_on(user_module, capsys):
+def test_an_unknown_sm_among_known_ones_is_refused_before_any_trace(user_module, capsys):
     code = cli.main([f"{user_module}:tiny", "--sm", "12.1", "--sm", "13.7", "--inputs", "f32[4]"])
     captured = capsys.readouterr()
-    assert code == 1 and "sms='13.7' is not a known SM" in captured.err
-    assert "on SM12.1" in captured.out and "one graph" in captured.out
+    assert code == 2 and "sms='13.7' is not a known SM; allowed values: 7.5, 8.0" in captured.err
+    assert captured.out == "", "nothing was traced"
 
 
 def test_a_cuda_only_kernel_is_traced_on_fake_tensors_and_said_so():
@@ -146,10 +148,18 @@ def test_spec_values_are_read():
     assert inputs.parse("f32[1] a=2 b='x'") == (["f32[1]"], {"a": "2", "b": "'x'"})
 
 
-@pytest.mark.parametrize("bad", [17, ["12.0", 12]])
-def test_sms_of_the_wrong_type_are_refused(bad):
-    with pytest.raises(ValueError, match="sms"):
-        study.check_sms(bad)
+@pytest.mark.parametrize(
+    ("bad", "named"),
+    [
+        (17, "sms=17 must be a comma-separated string or a list of strings"),
+        (["12.0", 12], "sms=['12.0', 12] must be a comma-separated string"),
+        (" , ", "sms is empty; allowed values: SMs such as 12.0,10.0"),
+        (["12.0", "13.7"], "sms='13.7' is not a known SM; allowed values: 7.5"),
+    ],
+)
+def test_sms_are_checked_before_anything_runs(bad, named):
+    with pytest.raises(ValueError, match=re.escape(named)):
+        study.prepare(["0.7.4"], bad, [])
 
 
 @pytest.mark.notebook
@@ -158,11 +168,9 @@ def test_12_audits_one_version_and_a_handful_of_entry_points(run_notebook):
     rows, executed = run_notebook(
         "12_fp4_api_audit",
         versions=[version],
-        sms=["12.0", "10.0", "13.7"],
+        sms=["12.0", "10.0"],
         entry_points=[*HANDFUL, "no_such_fp4"],
     )
-    [bad] = [r["values"] for r in rows if r["kind"] == "bad_input"]
-    assert "13.7" in bad["reason"] and bad["parameter"] == "sms"
     entries = [r for r in rows if r["kind"] == "entry"]
     cells = {(r["values"]["entry_point"], r["values"]["sm"]): r for r in entries}
     assert set(cells) == {(e, sm) for e in [*HANDFUL, "no_such_fp4"] for sm in ("12.0", "10.0")}

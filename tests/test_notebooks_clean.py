@@ -137,7 +137,15 @@ BAD = [
     ("08_single_batch_overlap", {"tp_size": -1}, "tp_size=-1 is not allowed"),
     ("08_single_batch_overlap", {"model_path": "/no/such/model"},
      "model_path='/no/such/model' is not allowed"),
+    ("09_version_matrix", {"versions": "0.7.4,abc"}, "versions contains 'abc', which is not a version"),
+    ("09_version_matrix", {"versions": ","}, "versions is empty; allowed values: flashinfer-python versions such as"),
     ("10_decision_report", {"show_provenance": "yes"}, "show_provenance='yes' is not allowed"),
+    ("11_sglang_piecewise_replay", {"sglang_versions": ["0.4.0"]},
+     "sglang_versions contains '0.4.0'; allowed values: 0.5.3.post2"),
+    ("11_sglang_piecewise_replay", {"sms": ["8.0"]}, "sms contains '8.0'; allowed values: 9.0, 10.0, 12.0"),
+    ("12_fp4_api_audit", {"sms": ["12.0", "13.7"]}, "sms='13.7' is not a known SM; allowed values"),
+    ("12_fp4_api_audit", {"entry_points": ["mm-fp4"]}, "entry_points contains 'mm-fp4'"),
+    ("12_fp4_api_audit", {"versions": 7.4}, "versions=7.4 must be a comma-separated string"),
 ]  # fmt: skip
 """Values a user could mistype, and the words the setup cell must answer with."""
 

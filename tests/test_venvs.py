@@ -1,17 +1,19 @@
 """core.venvs: side environments built by uv from one shared cache, reused by recipe, failures
-returned and cleaned, files hardlinked from the cache and counted once."""
+returned and cleaned, files hardlinked from the cache and counted once; children run inside them,
+several at once, their JSON read or their failure named."""
 
 from __future__ import annotations
 
+import json
+import os
 from importlib import metadata
 
 import pytest
 
 from fp4lab.core import paths, venvs
 
-pytestmark = pytest.mark.environments
 
-
+@pytest.mark.environments
 def test_built_then_reused_while_the_recipe_is_the_same(tmp_path):
     path = tmp_path / "env"
     first = venvs.ensure(path, [["list"]])
@@ -21,6 +23,7 @@ def test_built_then_reused_while_the_recipe_is_the_same(tmp_path):
     assert "$ " in (tmp_path / "env.build.log").read_text(), "uv's commands and output are logged"
 
 
+@pytest.mark.environments
 def test_a_failing_step_is_returned_with_uvs_words_and_leaves_nothing(tmp_path):
     path = tmp_path / "env"
     env = venvs.ensure(path, [["install", "--no-index", "no-such-package-fp4lab"]])
@@ -30,6 +33,7 @@ def test_a_failing_step_is_returned_with_uvs_words_and_leaves_nothing(tmp_path):
     assert not path.exists()
 
 
+@pytest.mark.environments
 def test_environments_share_the_caches_bytes_and_are_counted_once(tmp_path):
     first = venvs.ensure(tmp_path / "a", [["install", "six==1.17.0"]])
     second = venvs.ensure(tmp_path / "b", [["install", "six==1.17.0"]])
@@ -43,3 +47,56 @@ def test_environments_share_the_caches_bytes_and_are_counted_once(tmp_path):
 
 def test_side_environments_get_the_main_environments_torch():
     assert venvs.torch_requirement() == f"torch=={metadata.version('torch')}"
+
+
+FAKE_PYTHON = """#!/bin/sh
+# python -m MODULE OUT MODE: a stand-in interpreter to inject each way a child can end
+out=$3
+case "$4" in
+  fail) echo "the child's last words"; exit 3 ;;
+  hang) sleep 60 ;;
+  silent) exit 0 ;;
+esac
+start=$(date +%s.%N); sleep 0.5
+printf '{"mode": "%s", "start": %s, "end": %s}' "$4" "$start" "$(date +%s.%N)" > "$out"
+"""
+
+
+@pytest.fixture
+def fake_python(tmp_path, monkeypatch):
+    monkeypatch.setenv("FP4LAB_BUILD_DIR", str(tmp_path))
+    python = tmp_path / "python"
+    python.write_text(FAKE_PYTHON)
+    python.chmod(0o755)
+    return python
+
+
+def _child(python, mode):
+    return venvs.Child(python, "some.module", (mode,), f"child-{mode}", f"run {mode}")
+
+
+def test_children_give_their_json_in_order_or_a_named_failure(fake_python, tmp_path):
+    logs = tmp_path / "logs"
+    seen = []
+    found = venvs.run_children(
+        [_child(fake_python, m) for m in ("a", "fail", "silent", "hang", "b")],
+        logs,
+        timeout_s=3,
+        done=lambda child, result: seen.append(child.args[0]),
+    )
+    assert [f.get("mode") for f in found] == ["a", None, None, None, "b"]
+    assert found[0]["child_seconds"] >= 0.5
+    assert found[1] == {
+        "error": "run fail exited with code 3: the child's last words (log: build/logs/child-fail.log)"
+    }
+    assert found[2]["error"].startswith("run silent exited with code 0: no output")
+    assert found[3]["error"].startswith("run hang timed out after 3 s: no output")
+    assert sorted(seen) == ["a", "b", "fail", "hang", "silent"], "progress for every child"
+    assert json.loads((logs / "child-a.json").read_text())["mode"] == "a"
+
+
+@pytest.mark.skipif((os.cpu_count() or 1) < 2, reason="one core: children run one at a time")
+def test_children_run_side_by_side_where_there_are_cores(fake_python, tmp_path):
+    assert venvs.child_workers(5) == min(5, os.cpu_count())
+    a, b = venvs.run_children([_child(fake_python, m) for m in "ab"], tmp_path / "logs", 30)
+    assert a["start"] < b["end"] and b["start"] < a["end"], "their run times overlap"

@@ -15,7 +15,7 @@ from pathlib import Path
 import nbformat
 import pandas as pd
 
-from fp4lab.core import paths, probe, records
+from fp4lab.core import params, paths, probe, records
 
 KERNEL = "fp4lab"
 
@@ -68,7 +68,7 @@ def select(spec: str, available: list[Notebook], name: str = "NOTEBOOKS") -> lis
     if not spec.strip():
         return available
     chosen = []
-    for word in (w.strip() for w in spec.split(",") if w.strip()):
+    for word in params.items(name, spec):
         match = [nb for nb in available if word in (nb.name, nb.number)]
         if not match:
             allowed = ", ".join(nb.name for nb in available)

@@ -39,6 +39,34 @@ def choices(name: str, values: Iterable, allowed: Collection) -> None:
             )
 
 
+def items(name: str, value: object, allowed: str = "") -> list[str]:
+    """A list given as a list of strings or as one comma-separated string, blanks and duplicates
+    dropped; an error naming ``name`` (and ``allowed``, what it may hold) for any other type, or
+    when nothing is left."""
+    if isinstance(value, str):
+        value = value.split(",")
+    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+        raise ValueError(
+            f"{name}={value!r} must be a comma-separated string or a list of strings"
+            + (f"; allowed values: {allowed}" if allowed else "")
+        )
+    found = list(dict.fromkeys(v.strip() for v in value if v.strip()))
+    if not found:
+        raise ValueError(
+            f"{name} is empty; allowed values: {allowed or 'one or more, comma-separated'}"
+        )
+    return found
+
+
+def sms(name: str, value: object, allowed: Collection[str] | None = None) -> list[str]:
+    """SMs as "12.0" strings (a list, or one comma-separated string), each a known SM (``sm``) and,
+    when ``allowed`` is given, one of those; the first bad one is an error naming ``name``."""
+    found = [".".join(map(str, sm(name, v))) for v in items(name, value, "SMs such as 12.0,10.0")]
+    if allowed is not None:
+        choices(name, found, allowed)
+    return list(dict.fromkeys(found))
+
+
 def positive(name: str, value: object) -> None:
     """``value`` must be an int greater than zero."""
     if isinstance(value, bool) or not isinstance(value, int) or value <= 0:

@@ -9,21 +9,27 @@ of uv's error, never raised, and leaves no half-built environment behind.
 
 uv reads none of pip's configuration: where pip is configured with find-links (a local wheel
 folder, such as the one holding this project's CPU build of torch), they are passed to uv.
+
+``run_children`` runs fp4lab modules inside such environments (``python -m MODULE OUT ...``),
+several at once where the machine has the cores, and reads the JSON each writes to OUT.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
+import json
 import os
 import shutil
 import subprocess
 import sys
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from fp4lab.core import paths
+from fp4lab.core import paths, process
 
 STAMP = ".fp4lab-ready"
 
@@ -142,3 +148,63 @@ def ensure(path: Path, steps: list[list[str]]) -> Environment:
             return Environment(path, "failed", time.perf_counter() - started, error)
     stamp.write_text(recipe)
     return Environment(path, "built", time.perf_counter() - started)
+
+
+@dataclass(frozen=True)
+class Child:
+    """``PYTHON -m MODULE OUT *args`` inside a side environment; ``stem`` names its log and JSON
+    (under the caller's log folder), ``label`` says what it does in an error."""
+
+    python: Path
+    module: str
+    args: tuple[str, ...]
+    stem: str
+    label: str
+
+
+def run_child(child: Child, logs: Path, timeout_s: float) -> dict:
+    """The child's JSON with ``child_seconds``, or ``{"error": ...}`` naming how it failed, its
+    last log line and the log (kept in ``logs``, a folder under build/); it runs as a process
+    group (``core.process``)."""
+    log, out = logs / f"{child.stem}.log", logs / f"{child.stem}.json"
+    for stale in (log, out):
+        stale.unlink(missing_ok=True)
+    finished = process.run(
+        [child.python, "-m", child.module, out, *child.args],
+        log,
+        timeout_s,
+        env=dict(os.environ, PYTHONPATH=str(paths.REPO_ROOT / "lib")),
+    )
+    if not finished.ok or not out.exists():
+        last = (process.tail(log, 1).strip() or "no output").splitlines()[-1]
+        how = (
+            f"timed out after {timeout_s:.0f} s"
+            if finished.timed_out
+            else f"exited with code {finished.returncode}"
+        )
+        where = log.relative_to(paths.build_dir())
+        return {"error": f"{child.label} {how}: {last} (log: build/{where})"}
+    return {**json.loads(out.read_text()), "child_seconds": round(finished.seconds, 1)}
+
+
+def child_workers(count: int) -> int:
+    """How many children run at once: one per core, at most ``count``."""
+    return max(1, min(count, os.cpu_count() or 1))
+
+
+def run_children(
+    children: Sequence[Child],
+    logs: Path,
+    timeout_s: float,
+    done: Callable[[Child, dict], object] = lambda child, found: None,
+) -> list[dict]:
+    """Every child run (``child_workers`` at once), each result in the order given; ``done`` is
+    called as each one finishes, to show progress."""
+
+    def one(child: Child) -> dict:
+        found = run_child(child, logs, timeout_s)
+        done(child, found)
+        return found
+
+    with concurrent.futures.ThreadPoolExecutor(child_workers(len(children))) as pool:
+        return list(pool.map(one, children))

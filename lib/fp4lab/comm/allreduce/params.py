@@ -11,7 +11,7 @@ import sys
 import torch
 import torch.distributed as dist
 
-from fp4lab.core import probe
+from fp4lab.core import params, probe
 
 BACKENDS = ("gloo", "nccl", "mscclpp")
 MODES = ("eager", "graph")
@@ -29,7 +29,7 @@ def parse_modes(spec: str, backend: str) -> tuple[str, ...]:
     """``"auto"`` -> every mode ``backend`` supports; otherwise the comma-separated modes named."""
     if spec == "auto":
         return modes_for(backend)
-    return tuple(m.strip() for m in spec.split(",") if m.strip())
+    return tuple(params.items("modes", spec))
 
 
 def validate(

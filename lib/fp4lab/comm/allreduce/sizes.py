@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+from fp4lab.core import params
+
 _UNITS = {"B": 1, "KiB": 1 << 10, "MiB": 1 << 20, "GiB": 1 << 30}
 _SIZE = re.compile(r"\s*(\d+)\s*(B|KiB|MiB|GiB)?\s*")
 SIZE_HELP = (
@@ -35,10 +37,7 @@ def parse_sizes(spec: str) -> list[int]:
                 f"sizes={spec!r} runs from {low} down to {high} bytes; allowed values: {SIZE_HELP}, LO <= HI"
             )
         return [1 << k for k in range(low.bit_length() - 1, high.bit_length())]
-    sizes = [parse_size(part) for part in spec.split(",") if part.strip()]
-    if not sizes:
-        raise ValueError(f"sizes={spec!r} is empty; allowed values: {SIZE_HELP}")
-    return sorted(set(sizes))
+    return sorted({parse_size(part) for part in params.items("sizes", spec, SIZE_HELP)})
 
 
 def format_size(nbytes: int) -> str:

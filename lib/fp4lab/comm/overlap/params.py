@@ -98,7 +98,7 @@ def unavailable(backend: str, world_size: int, machine: probe.Machine | None = N
 def parse_chunks(spec: str) -> list[int]:
     """``"1,2,4"`` -> [1, 2, 4]."""
     try:
-        return [int(c) for c in str(spec).split(",") if c.strip()]
+        return [int(c) for c in params.items("chunks", str(spec))]
     except ValueError:
         raise ValueError(
             f"chunks={spec!r} is not a comma list of integers; allowed values: {_CHUNKS_HELP}"

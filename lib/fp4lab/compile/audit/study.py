@@ -1,11 +1,9 @@
 """Notebook 12's calls: each version's environment reused (compile.matrix.env), the child run in
-it, one record per (version, entry point, SM), one per version, and the summary."""
+it (``core.venvs.run_children``), one record per (version, entry point, SM), one per version, and
+the summary."""
 
 from __future__ import annotations
 
-import json
-import os
-import time
 from collections import Counter
 
 import pandas as pd
@@ -13,7 +11,7 @@ import pandas as pd
 from fp4lab.compile.audit.run import VERDICTS
 from fp4lab.compile.matrix.env import ensure_env, python
 from fp4lab.compile.matrix.versions import check_versions
-from fp4lab.core import params, paths, process, records
+from fp4lab.core import params, paths, records, venvs
 
 NOTEBOOK = "12_fp4_api_audit"
 TIMEOUT_S = 900
@@ -21,100 +19,74 @@ NOT_AUDITED = ("no input spec", "unknown entry point", "error")
 """Row verdicts that are not dynamo's: why an entry point was not traced."""
 
 
-def check_sms(sms: list[str] | str) -> tuple[list[str], list[str]]:
-    """The known SMs as "12.0" strings, and a message per unknown one (recorded; the rest go on);
-    a wrong type, or no known SM at all, is an error naming ``sms``."""
-    if isinstance(sms, str):
-        sms = [s.strip() for s in sms.split(",") if s.strip()]
-    if not isinstance(sms, (list, tuple)) or not all(isinstance(s, str) for s in sms):
-        raise ValueError(f"sms={sms!r} must be a list of SM strings such as '12.0' or '10.0'")
-    good, bad = [], []
-    for sm in dict.fromkeys(sms):
-        try:
-            major, minor = params.sm("sms", sm)
-            good.append(f"{major}.{minor}")
-        except ValueError as exc:
-            bad.append(str(exc))
-    if not good:
-        raise ValueError(f"sms={sms!r} holds no known SM; {bad[0] if bad else 'it is empty'}")
-    return good, bad
-
-
 def check_entry_points(names: list[str] | str) -> list[str]:
     """Entry point names (empty: every one each version has); an error naming ``entry_points``
     for anything that is not a list of identifiers."""
-    if isinstance(names, str):
-        names = [n.strip() for n in names.split(",") if n.strip()]
-    if not isinstance(names, (list, tuple)) or not all(
-        isinstance(n, str) and n.isidentifier() for n in names
-    ):
-        raise ValueError(f"entry_points={names!r} must be a list of function names (or [] for all)")
-    return list(dict.fromkeys(names))
+    if names in ("", [], ()):
+        return []
+    names = params.items("entry_points", names)
+    bad = [n for n in names if not n.isidentifier()]
+    if bad:
+        raise ValueError(f"entry_points contains {bad[0]!r}: give function names (or [] for all)")
+    return names
 
 
 def prepare(versions: list[str] | str, sms: list[str], entry_points: list[str]) -> records.Recorder:
-    """Notebook 12's validation; unknown SMs are recorded as bad input and the rest go on."""
-    good, bad = check_sms(sms)
-    chosen = {
-        "versions": check_versions(versions),
-        "sms": good,
-        "entry_points": check_entry_points(entry_points),
-    }
-    rec = records.Recorder(NOTEBOOK, chosen)
-    for message in bad:
-        print(f"bad input: {message}")
-        rec.add("bad_input", {"parameter": "sms", "status": "bad input", "reason": message})
-    return rec
-
-
-def audit_version(version: str, sms: list[str], names: list[str]) -> dict:
-    """The child's JSON for one version (``env`` says how its environment came), or the failure."""
-    built = ensure_env(version)
-    if built.env == "failed":
-        return {"flashinfer": version, "env": "failed", "error": built.error, "rows": []}
-    logs = paths.build_dir() / "audit" / "logs"
-    log, out = logs / f"flashinfer-{version}.log", logs / f"flashinfer-{version}.json"
-    for stale in (log, out):
-        stale.unlink(missing_ok=True)
-    cmd = [python(version), "-m", "fp4lab.compile.audit.child", out]
-    cmd += ["--sms", ",".join(sms), "--entry-points", ",".join(names)]
-    env = dict(os.environ, PYTHONPATH=str(paths.REPO_ROOT / "lib"))
-    finished = process.run(cmd, log, TIMEOUT_S, env=env)
-    if not finished.ok or not out.exists():
-        last = (process.tail(log, 1).strip() or "no output").splitlines()[-1]
-        error = f"audit {'timed out' if finished.timed_out else 'failed'}: {last}"
-        return {"flashinfer": version, "env": "failed", "error": error, "rows": []}
-    return {**json.loads(out.read_text()), "env": built.env, "wall_seconds": finished.seconds}
+    """Notebook 12's validation: versions, SMs and entry point names checked before any build."""
+    return records.Recorder(
+        NOTEBOOK,
+        {
+            "versions": check_versions(versions),
+            "sms": params.sms("sms", sms),
+            "entry_points": check_entry_points(entry_points),
+        },
+    )
 
 
 def audit_and_record(rec: records.Recorder, progress=print) -> list[dict]:
-    """Every version audited; one "entry" record per row, one "version" per version, the
-    "summary"; returns the entry rows (each with its ``version``)."""
+    """Every version's environment built or reused, then audited (one child per core at once);
+    one "entry" record per row, one "version" per version, the "summary"; returns the entry rows
+    (each with its ``version``)."""
+    sms, names = rec.params["sms"], rec.params["entry_points"]
+    found: dict[str, dict] = {}
+    children = {}
+    for version in rec.params["versions"]:
+        built = ensure_env(version)
+        progress(f"flashinfer-python=={version}: environment {built.env} {built.error}".rstrip())
+        if built.env == "failed":
+            found[version] = {"env": "failed", "error": built.error, "rows": []}
+            continue
+        args = ("--sms", ",".join(sms), "--entry-points", ",".join(names))
+        children[venvs.Child(python(version), "fp4lab.compile.audit.child", args,
+                             f"flashinfer-{version}", "audit")] = (version, built.env)  # fmt: skip
+
+    def audited(child: venvs.Child, one: dict) -> None:
+        version, env = children[child]
+        found[version] = {"rows": [], **one, "env": "failed" if "error" in one else env}
+        progress(f"  {version}: {found[version]['env']}, {len(found[version]['rows'])} rows "
+                 f"{one.get('error') or ''}".rstrip())  # fmt: skip
+
+    venvs.run_children(list(children), paths.build_dir() / "audit" / "logs", TIMEOUT_S, audited)
     rows: list[dict] = []
     per_version = []
     for version in rec.params["versions"]:
-        progress(f"auditing flashinfer-python=={version} ...")
-        started = time.perf_counter()
-        found = audit_version(version, rec.params["sms"], rec.params["entry_points"])
-        packages = found.get("packages") or {"flashinfer-python": version}
-        for row in found["rows"]:
+        one = found[version]
+        packages = one.get("packages") or {"flashinfer-python": version}
+        for row in one["rows"]:
             row = {"version": version, **row}
             target = {"sm": row["sm"], "simulated": row.get("simulated", True)}
             rec.add("entry", row, target=target, packages=packages)
             rows.append(row)
         about = {
             "version": version,
-            "env": found["env"],
-            "error": found.get("error"),
-            "entry_points_found": [e["entry_point"] for e in found.get("discovered", [])],
-            "audit_seconds": found.get("seconds"),
-            "wall_seconds": time.perf_counter() - started,
+            "env": one["env"],
+            "error": one.get("error"),
+            "entry_points_found": [e["entry_point"] for e in one.get("discovered", [])],
+            "audit_seconds": one.get("seconds"),
+            "child_seconds": one.get("child_seconds"),
         }
         rec.add("version", about, packages=packages)
         per_version.append(about)
-        progress(
-            f"  {version}: {found['env']}, {len(found['rows'])} rows {found.get('error') or ''}"
-        )
     rec.add("summary", summarize(rows, per_version))
     return rows
 

@@ -2,7 +2,7 @@
 
     python -m fp4lab.compile.matrix.child OUT.json
 
-``env.trace_in_env`` runs this in each version's environment; it imports nothing that
+``study.measure_versions`` runs this in each version's environment; it imports nothing that
 environment lacks (torch, FlashInfer and fp4lab's lib/ only). It records the public path's
 blocker chain, FlashInfer's own op and fp4lab's op compiled under fullgraph=True (with the
 kernel that ran inside each), what the upstream op forwards (``forwarding_bug``'s detector)

@@ -3,18 +3,16 @@
 Each environment has the main environment's torch; every version is built by uv from one shared
 cache. An environment is reused when it was built by the same steps; a version that
 fails to install or trace is returned as ``env="failed"`` with the reason, never raised. The
-child runs as its own process group (``core.process``), stopped on timeout or on any exit.
+child runs through ``core.venvs.run_children``.
 """
 
 from __future__ import annotations
 
-import json
-import os
 import sys
 from pathlib import Path
 
 from fp4lab.compile.matrix.result import VersionResult
-from fp4lab.core import paths, probe, process, venvs
+from fp4lab.core import paths, probe, venvs
 
 TRACE_TIMEOUT_S = 600
 
@@ -56,32 +54,18 @@ def ensure_env(version: str) -> VersionResult:
     )
 
 
-def trace_in_env(result: VersionResult) -> VersionResult:
-    """Run ``python -m fp4lab.compile.matrix.child`` in the version's environment and read its
-    JSON; the log stays in build/matrix/logs/."""
-    if result.env == "failed":
-        return result
-    logs = paths.build_dir() / "matrix" / "logs"
-    log, out = logs / f"flashinfer-{result.version}.log", logs / f"flashinfer-{result.version}.json"
-    for stale in (log, out):
-        stale.unlink(missing_ok=True)
-    finished = process.run(
-        [python(result.version), "-m", "fp4lab.compile.matrix.child", out],
-        log,
-        TRACE_TIMEOUT_S,
-        env=dict(os.environ, PYTHONPATH=str(paths.REPO_ROOT / "lib")),
+def child(version: str) -> venvs.Child:
+    """``python -m fp4lab.compile.matrix.child`` in the version's environment."""
+    return venvs.Child(
+        python(version), "fp4lab.compile.matrix.child", (), f"flashinfer-{version}", "trace"
     )
-    if not finished.ok or not out.exists():
-        how = (
-            f"timed out after {TRACE_TIMEOUT_S} s"
-            if finished.timed_out
-            else f"exited with code {finished.returncode}"
-        )
-        last = (process.tail(log, 1).strip() or "no output").splitlines()[-1]
-        where = log.relative_to(paths.build_dir())
-        result.env, result.error = "failed", f"trace {how}: {last} (log: build/{where})"
+
+
+def read_child(result: VersionResult, found: dict) -> VersionResult:
+    """``result`` completed from the child's JSON, or marked failed with its error."""
+    if "error" in found:
+        result.env, result.error = "failed", found["error"]
         return result
-    found = json.loads(out.read_text())
     result.chain, result.upstream_op, result.fp4lab_op = (
         found["chain"],
         found["upstream_op"],

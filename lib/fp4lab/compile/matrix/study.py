@@ -12,16 +12,17 @@ import os
 import sys
 from collections.abc import Callable
 
-from fp4lab.compile.matrix.env import ensure_env, trace_in_env
+from fp4lab.compile.matrix.env import TRACE_TIMEOUT_S, child, ensure_env, read_child
 from fp4lab.compile.matrix.result import VERDICTS, VersionResult, summarize_versions
 from fp4lab.compile.matrix.versions import DEFAULT_VERSIONS, check_versions
-from fp4lab.core import records
+from fp4lab.core import paths, records, venvs
 
 
 def measure_versions(
     versions: list[str], workers: int | None = None, progress: Callable[[str], object] = print
 ) -> list[VersionResult]:
-    """Build or reuse every environment (in parallel where the machine allows), then trace in each."""
+    """Build or reuse every environment (in parallel where the machine allows), then trace in
+    each (one child per core at once)."""
     versions = check_versions(versions)
     workers = workers or max(1, min(len(versions), (os.cpu_count() or 1) // 2))
     results: dict[str, VersionResult] = {}
@@ -36,10 +37,16 @@ def measure_versions(
                 f"environment flashinfer-python=={result.version}: {result.env} "
                 f"({result.install_seconds:.0f} s){error}"
             )
-    for version in versions:
-        progress(f"tracing flashinfer-python=={version} ...")
-        trace_in_env(results[version])
-        progress(f"  {version}: {results[version].verdict}")
+    children = {child(v): v for v in versions if results[v].env != "failed"}
+    progress(f"tracing {', '.join(children.values()) or 'no version'} ...")
+
+    def traced(one: venvs.Child, found: dict) -> None:
+        version = children[one]
+        progress(f"  {version}: {read_child(results[version], found).verdict}")
+
+    venvs.run_children(
+        list(children), paths.build_dir() / "matrix" / "logs", TRACE_TIMEOUT_S, traced
+    )
     return [results[v] for v in versions]
 
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
+from fp4lab.core import params
+
 DEFAULT_VERSIONS = (
     "0.6.3",
     "0.6.11.post3",
@@ -22,16 +24,7 @@ measured); the first measured to forward by keyword; a middle 0.7; the newest.""
 def check_versions(versions: list[str] | str) -> list[str]:
     """Versions as written ("0.6.12"; a list or one comma-separated string), duplicates dropped;
     a clear error naming ``versions`` for anything that is not a version."""
-    if isinstance(versions, str):
-        versions = [v.strip() for v in versions.split(",") if v.strip()]
-    if not isinstance(versions, (list, tuple)) or not all(isinstance(v, str) for v in versions):
-        raise ValueError(
-            f"versions={versions!r} must be a comma-separated string or a list of version strings"
-        )
-    if not versions:
-        raise ValueError(
-            "versions is empty; give one or more flashinfer-python versions, e.g. 0.6.12,0.7.4"
-        )
+    versions = params.items("versions", versions, "flashinfer-python versions such as 0.6.12,0.7.4")
     for v in versions:
         try:
             Version(v)
@@ -39,4 +32,4 @@ def check_versions(versions: list[str] | str) -> list[str]:
             raise ValueError(
                 f"versions contains {v!r}, which is not a version; e.g. 0.6.12 or 0.7.4"
             ) from None
-    return list(dict.fromkeys(versions))
+    return versions

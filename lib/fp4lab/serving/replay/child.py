@@ -1,7 +1,7 @@
 """Inside one SGLang environment: the story through SGLang's compile path, or its quantize choice.
 
-    python -m fp4lab.serving.replay.child replay SM OUT.json
-    python -m fp4lab.serving.replay.child select SM OUT.json
+    python -m fp4lab.serving.replay.child OUT.json replay SM
+    python -m fp4lab.serving.replay.child OUT.json select SM
 
 ``replay``: a GLM-5-shaped NVFP4 layer calling ``flashinfer.fp4_quantize`` (the SM120 branch of
 0.5.9) compiled through SGLang's ``install_torch_compiled`` and ``SGLangBackend``; the story's
@@ -151,19 +151,20 @@ def select(sm: tuple[int, int]) -> dict:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[0] not in ("replay", "select"):
+    if len(argv) != 3 or argv[1] not in ("replay", "select"):
         print(
-            "usage: python -m fp4lab.serving.replay.child replay|select SM OUT.json",
+            "usage: python -m fp4lab.serving.replay.child OUT.json replay|select SM",
             file=sys.stderr,
         )
         return 2
+    out, mode, sm = argv
     warnings.simplefilter("ignore")
-    major, minor = (int(p) for p in argv[1].split("."))
-    found = (replay if argv[0] == "replay" else select)((major, minor))
+    major, minor = (int(p) for p in sm.split("."))
+    found = (replay if mode == "replay" else select)((major, minor))
     found.update(python=platform.python_version(), torch=torch.__version__,
                  flashinfer=getattr(target.flashinfer, "__version__", None),
                  import_staging=target.IMPORT_STAGING)  # fmt: skip
-    Path(argv[2]).write_text(json.dumps(found, default=str))
+    Path(out).write_text(json.dumps(found, default=str))
     return 0
 
 

@@ -7,14 +7,11 @@ its source scanned, the replay and the per-SM quantize choice run inside it, rec
 from __future__ import annotations
 
 import argparse
-import json
-import os
 import sys
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from fp4lab.core import evidence, paths, process, records
+from fp4lab.core import evidence, paths, records, venvs
 from fp4lab.serving import standins
 from fp4lab.serving.replay import decide, env, scan, versions
 
@@ -32,31 +29,18 @@ class VersionRun:
     selections: dict[str, dict] = field(default_factory=dict)
 
 
-def run_child(version: str, mode: str, sm: str) -> dict:
-    """``python -m fp4lab.serving.replay.child MODE SM OUT`` in the version's environment; its
-    JSON, or ``{"error": ...}`` naming how it failed (log kept under build/sglang-compile/logs/)."""
-    logs = paths.build_dir() / "sglang-compile" / "logs"
-    stem = f"{version}-{mode}-sm{sm}"
-    log, out = logs / f"{stem}.log", logs / f"{stem}.json"
-    for stale in (log, out):
-        stale.unlink(missing_ok=True)
-    started = time.perf_counter()
-    finished = process.run(
-        [env.env_dir(version) / "venv" / "bin" / "python", "-m", "fp4lab.serving.replay.child",
-         mode, sm, out],
-        log, CHILD_TIMEOUT_S, env=dict(os.environ, PYTHONPATH=str(paths.REPO_ROOT / "lib")),
-    )  # fmt: skip
-    if not finished.ok or not out.exists():
-        last = (process.tail(log, 1).strip() or "no output").splitlines()[-1]
-        how = "timed out" if finished.timed_out else f"exited with code {finished.returncode}"
-        return {"error": f"{mode} {how}: {last} (log: build/{log.relative_to(paths.build_dir())})"}
-    return {**json.loads(out.read_text()), "child_seconds": round(time.perf_counter() - started, 1)}
+def child(version: str, mode: str, sm: str) -> venvs.Child:
+    """``python -m fp4lab.serving.replay.child OUT MODE SM`` in the version's environment."""
+    python = env.env_dir(version) / "venv" / "bin" / "python"
+    return venvs.Child(python, "fp4lab.serving.replay.child", (mode, sm),
+                       f"{version}-{mode}-sm{sm}", mode)  # fmt: skip
 
 
 def measure_version(
     version: str, sms: list[str], replay_sm: str, progress: Callable[[str], object] = print
 ) -> VersionRun:
-    """Build or reuse the environment; scan, replay and select in it (skipped when it failed)."""
+    """Build or reuse the environment; scan it, then replay and select in it (one child per core
+    at once); skipped when the environment failed."""
     compile_env = env.ensure_env(version)
     progress(f"sglang=={version}: environment {compile_env.status} ({compile_env.seconds:.0f} s)"
              + (f" {compile_env.error}" if compile_env.error else ""))  # fmt: skip
@@ -65,13 +49,16 @@ def measure_version(
         return run
     package = standins.site_packages(str(compile_env.python)) / "sglang"
     run.calls = scan.scan(package)
-    run.replay = run_child(version, "replay", replay_sm)
-    progress(f"  replay on SM{replay_sm}: {run.replay.get('error') or 'done'}")
-    for sm in sms:
-        run.selections[sm] = run_child(version, "select", sm)
-        progress(
-            f"  SM{sm}: {run.selections[sm].get('error') or run.selections[sm]['implementation']}"
-        )
+    children = [child(version, "replay", replay_sm), *(child(version, "select", sm) for sm in sms)]
+
+    def shown(one: venvs.Child, found: dict) -> None:
+        what = found.get("error") or found.get("implementation") or "done"
+        progress(f"  {one.label} on SM{one.args[1]}: {what}")
+
+    run.replay, *selected = venvs.run_children(
+        children, paths.build_dir() / "sglang-compile" / "logs", CHILD_TIMEOUT_S, shown
+    )
+    run.selections = dict(zip(sms, selected, strict=True))
     return run
 
 

@@ -31,29 +31,17 @@ STORY_VERSION, STORY_SM = "0.5.9", "12.0"
 """Where the story happened: SGLang 0.5.9 on an RTX PRO 6000 (SM120)."""
 
 
-def _as_list(value: list[str] | tuple[str, ...] | str, name: str) -> list[str]:
-    if isinstance(value, str):
-        value = [v.strip() for v in value.split(",") if v.strip()]
-    if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
-        raise ValueError(f"{name}={value!r} must be a comma-separated string or a list of strings")
-    if not value:
-        raise ValueError(f"{name} is empty; give one or more values")
-    return list(dict.fromkeys(value))
-
-
 def check_versions(
     versions: list[str] | tuple[str, ...] | str, extra: tuple[str, ...] = ()
 ) -> list[str]:
     """SGLang versions as given (a list or one comma-separated string), duplicates dropped; each
     must be in VERSIONS (or ``extra``: a version to try as given, e.g. to record a failed install).
     """
-    versions = _as_list(versions, "sglang_versions")
+    versions = params.items("sglang_versions", versions, ", ".join(VERSIONS))
     params.choices("sglang_versions", versions, (*VERSIONS, *extra))
     return versions
 
 
 def check_sms(sms: list[str] | tuple[str, ...] | str) -> list[str]:
-    """Simulated SMs as written ("12.0"), each one of SMS."""
-    sms = _as_list(sms, "sms")
-    params.choices("sms", sms, tuple(SMS))
-    return sms
+    """Simulated SMs as "12.0" strings, each one of SMS."""
+    return params.sms("sms", sms, tuple(SMS))
