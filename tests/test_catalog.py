@@ -16,6 +16,13 @@ def test_select_by_name_or_number():
         "01_nvcc_subprocess_crash",
     ]
     assert catalog.select("", available) == available
+    assert [nb.name for nb in catalog.select("10,12", available)] == [
+        "12_fp4_api_audit",
+        "10_decision_report",
+    ], "the report, which reads the records, runs after the notebooks that write them"
+    assert [nb.name for nb in available][-1] == "10_decision_report"
+    with pytest.raises(ValueError, match="NOTEBOOKS is empty; allowed values"):
+        catalog.select(",", available)
 
 
 def test_unknown_notebook_names_the_variable_and_allowed_values():

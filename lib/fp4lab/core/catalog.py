@@ -2,7 +2,8 @@
 
 Each notebook declares in its metadata ``fp4lab: {title, needs, duration_s, story}``
 (as pytorch/tutorials declares hardware and duration per tutorial), and may declare
-``cell_timeout_s`` (else derived from ``duration_s``); core.runner executes them.
+``cell_timeout_s`` (else derived from ``duration_s``) and ``reads_records: true`` (a report,
+run after every notebook that writes records); core.runner executes them.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ class Notebook:
     duration_s: int
     story: str
     cell_timeout_s: int
+    reads_records: bool = False
 
     @property
     def number(self) -> str:
@@ -42,7 +44,8 @@ def cell_timeout_for(duration_s: int) -> int:
 
 
 def notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Notebook]:
-    """Every notebook in ``folder`` with its declared needs, in run order."""
+    """Every notebook in ``folder`` with its declared needs, in run order: by name, the ones that
+    read records (reports) last."""
     found = []
     for path in sorted(folder.glob("[0-9][0-9]_*.ipynb")):
         meta = nbformat.read(path, as_version=4).metadata.get("fp4lab", {})
@@ -56,9 +59,10 @@ def notebooks(folder: Path = paths.NOTEBOOKS_DIR) -> list[Notebook]:
                 duration_s,
                 meta.get("story", ""),
                 int(meta.get("cell_timeout_s", cell_timeout_for(duration_s))),
+                bool(meta.get("reads_records", False)),
             )
         )
-    return found
+    return sorted(found, key=lambda nb: nb.reads_records)
 
 
 def select(spec: str, available: list[Notebook], name: str = "NOTEBOOKS") -> list[Notebook]:
@@ -76,7 +80,7 @@ def select(spec: str, available: list[Notebook], name: str = "NOTEBOOKS") -> lis
                 f"{name} contains {word!r}, which is not a notebook; allowed values: {allowed}"
             )
         chosen.extend(nb for nb in match if nb not in chosen)
-    return sorted(chosen, key=lambda nb: nb.name)
+    return [nb for nb in available if nb in chosen]
 
 
 def plan(
