@@ -12,7 +12,7 @@ import torch
 from flashinfer.jit import core, cpp_ext
 
 from fp4lab.compile import fix, fix_checks, segment, stages, target, trace, tradeoff
-from fp4lab.core import probe
+from fp4lab.core import probe, records
 
 SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
 
@@ -187,8 +187,13 @@ def _variant(name: str, capture: str, **extra: object) -> dict:
     }
 
 
-def test_a_failed_cuda_graph_capture_fails_the_tradeoff_verdict():
-    run = types.SimpleNamespace(layers=2, x=torch.zeros(1))
+def _tradeoff_run() -> types.SimpleNamespace:
+    rec = records.Recorder("04_fullgraph_false_tradeoff", {})
+    return types.SimpleNamespace(layers=2, x=torch.zeros(1), rec=rec)
+
+
+def test_a_failed_cuda_graph_capture_fails_the_tradeoff_verdict(isolated_outputs):
+    run = _tradeoff_run()
     message = "RuntimeError: operation not permitted when stream is capturing"
     rows = [
         _variant("eager", "ok", cuda_graph_median_ms=0.1),
@@ -201,12 +206,14 @@ def test_a_failed_cuda_graph_capture_fails_the_tradeoff_verdict():
     ]
     with pytest.raises(RuntimeError, match="compiled_fullgraph_custom_op: RuntimeError: operation"):
         tradeoff.tradeoff_verdict(run, rows)
+    assert run.rec.written == [], "a failed verdict writes no summary: the run did not finish"
     rows[-1] = _variant("compiled_fullgraph_custom_op", tradeoff.NO_CUDA)
     assert "SKIPPED (no CUDA device here)" in tradeoff.tradeoff_verdict(run, rows)
+    assert [r["kind"] for r in run.rec.written] == ["summary"]
 
 
-def test_the_verdict_states_each_variants_launch_overhead_share_when_replayed():
-    run = types.SimpleNamespace(layers=2, x=torch.zeros(1))
+def test_the_verdict_states_each_variants_launch_overhead_share_when_replayed(isolated_outputs):
+    run = _tradeoff_run()
     rows = [
         _variant(name, "ok", cuda_graph_median_ms=ms, launch_overhead_share=1.0 - ms)
         for name, ms in zip(tradeoff.VARIANTS, (0.25, 0.5, 0.9), strict=True)

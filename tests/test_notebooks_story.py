@@ -50,6 +50,23 @@ def _values(name: str, kind: str | None = None) -> list[dict]:
     return [r["values"] for r in records.read(name) if kind in (None, r["kind"])]
 
 
+def test_each_story_notebook_ends_its_run_with_a_summary(story):
+    for name in RUNS:
+        if name == "10_decision_report":
+            assert records.read(name) == [], "the report reads records, it writes none"
+            continue
+        last = records.read(name)[-1]
+        assert last["kind"] == "summary" and last["values"]["status"] == "measured", name
+        assert last["values"]["headline"] and last["values"]["needs"] == "cpu", name
+    plan = _values("00_environment", "summary")[0]["headline"]
+    assert (
+        plan
+        == f"{len(catalog.notebooks())} of {len(catalog.notebooks())} notebooks run on this machine"
+    )
+    attempts = _values("01_nvcc_subprocess_crash", "attempt")
+    assert _values("01_nvcc_subprocess_crash", "summary")[0]["evidence"] == attempts[0]["evidence"]
+
+
 def test_00_environment(story):
     assert len(_values("00_environment", "machine")) == 1
     plan = {v["notebook"]: v for v in _values("00_environment", "plan")}
@@ -57,8 +74,8 @@ def test_00_environment(story):
 
 
 def test_01_reproduces_the_nvcc_subprocess_crash(story):
-    rows = records.read("01_nvcc_subprocess_crash")
-    assert len(rows) == 2
+    rows = [r for r in records.read("01_nvcc_subprocess_crash") if r["kind"] != "summary"]
+    assert [r["kind"] for r in rows] == ["attempt", "attempt"]
     for r in rows:
         v = r["values"]
         assert (v["signature"], v["exception"], v["shows_nvcc_query"]) == (
@@ -103,7 +120,7 @@ def test_02_walks_the_chain_to_file_io(story):
 
 
 def test_03_reproduces_the_compiler_disable_rejection(story):
-    [v] = _values("03_compiler_disable_fullgraph")
+    [v] = _values("03_compiler_disable_fullgraph", "attempt")
     plain = v["plain_function"]
     assert v["signature"] == plain["signature"] == "compiler_disable_under_fullgraph"
     assert (v["exception"], v["message"]) == (plain["exception"], plain["message"])

@@ -96,6 +96,60 @@ def test_load_keeps_the_latest_run(isolated_outputs, monkeypatch):
     assert records.load("missing").empty
 
 
+def _run(monkeypatch, run_id: str, *kinds: str, status: str = "measured") -> None:
+    monkeypatch.setattr(records, "RUN_ID", run_id)
+    for kind in kinds:
+        values = {"status": status, "headline": f"from {run_id}"} if kind == "summary" else {}
+        records.append("nb", kind, values)
+
+
+def test_a_failed_or_empty_newer_run_never_hides_the_last_good_one(isolated_outputs, monkeypatch):
+    _run(monkeypatch, "first", "row", "summary")
+    _run(monkeypatch, "good", "row", "row", "summary")
+    assert [r["kind"] for r in records.latest("nb")] == ["row", "row", "summary"]
+    assert records.newer_runs("nb") == []
+    _run(monkeypatch, "killed", "row")
+    _run(monkeypatch, "empty", "row", "summary", status="not measured")
+    assert {r["run_id"] for r in records.latest("nb")} == {"good"}
+    assert list(records.load("nb")["values.headline"].dropna()) == ["from good"]
+    newer = records.newer_runs("nb")
+    assert [(n["run_id"], n["records"], n["why"]) for n in newer] == [
+        ("killed", 1, "it wrote no summary: it failed or was cut short"),
+        ("empty", 2, "not measured: from empty"),
+    ]
+    assert newer[0]["time_utc"].endswith("+00:00")
+    _run(monkeypatch, "better", "summary")
+    assert {r["run_id"] for r in records.latest("nb")} == {"better"}
+    assert records.newer_runs("nb") == []
+
+
+def test_without_any_good_run_the_newest_finished_then_the_newest_is_quoted(
+    isolated_outputs, monkeypatch
+):
+    _run(monkeypatch, "a", "row")
+    _run(monkeypatch, "b", "row")
+    assert {r["run_id"] for r in records.latest("nb")} == {"b"}, "a log with no summaries"
+    _run(monkeypatch, "c", "summary", status="not measured here: no GPU")
+    _run(monkeypatch, "d", "row")
+    assert {r["run_id"] for r in records.latest("nb")} == {"c"}
+    assert [n["run_id"] for n in records.newer_runs("nb")] == ["d"]
+
+
+def test_the_recorders_summary_ends_the_run_with_its_evidence(isolated_outputs):
+    rec = records.Recorder("nb", {"n": 1})
+    rec.add("row", {"evidence": ["trace", "simulated_target"]})
+    rec.add("row", {"evidence": ["trace", "reference_kernel"]})
+    summary = rec.summary("two rows", needs="cpu")
+    assert summary["values"] == {
+        "status": "measured",
+        "headline": "two rows",
+        "evidence": ["trace", "simulated_target", "reference_kernel"],
+        "needs": "cpu",
+    }
+    assert [r["kind"] for r in rec.written] == ["row", "row", "summary"]
+    assert records.latest("nb") == rec.written
+
+
 def test_interactive_runs_write_under_build_and_read_committed_records(tmp_path, monkeypatch):
     monkeypatch.delenv("FP4LAB_DATA_DIR", raising=False)
     monkeypatch.delenv("FP4LAB_FIGURES_DIR", raising=False)
@@ -130,11 +184,10 @@ def test_recorder_adds_with_its_notebook_and_parameters(isolated_outputs, capsys
 
 
 def test_committed_results_come_from_clean_trees():
-    """Every committed notebook's newest run, and every figure, was made at a clean commit."""
+    """Every committed record, and every figure, was made at a clean commit."""
     for path in sorted(paths.COMMITTED_DATA.rglob("*.jsonl")):  # data/gpu/<machine>/ too
         rows = [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-        newest = [r for r in rows if r["run_id"] == rows[-1]["run_id"]]
-        for r in newest:
+        for r in rows:
             git = r["provenance"]["git"]
             assert git["dirty"] is False and len(git["commit"] or "") == 40, (path.name, git)
     for sidecar in sorted((paths.REPO_ROOT / "figures").rglob("*.json")):

@@ -69,18 +69,20 @@ def cache_warnings(outcome: trace.TraceOutcome, limit: int = 3) -> list[str]:
     return [w for w in outcome.warnings if "cache" in w][:limit]
 
 
-def nvcc_verdict(outcome: trace.TraceOutcome, with_home: trace.TraceOutcome) -> str:
-    """Both attempts stopped at the nvcc query as a subprocess, or AssertionError."""
+def nvcc_verdict(run: Story, outcome: trace.TraceOutcome, with_home: trace.TraceOutcome) -> str:
+    """Both attempts stopped at the nvcc query as a subprocess (recorded as the run's summary),
+    or AssertionError."""
     for attempt in (outcome, with_home):
         assert attempt.signature == NVCC and attempt.shows_nvcc_query, (
             f"upstream behaviour changed: expected the {NVCC} blocker in the nvcc query, "
             f"observed {attempt.signature} at {attempt.blocker_frame}"
         )
-    return (
+    return run.rec.summary(
         f"reproduced: {outcome.exception}: {outcome.message!r} at {outcome.blocker_frame}, "
         f"in {outcome.seconds:.1f} s\n"
-        f"with CUDA_HOME: blocked at {with_home.blocker_frame}: {with_home.blocker_frame.source}"
-    )
+        f"with CUDA_HOME: blocked at {with_home.blocker_frame}: {with_home.blocker_frame.source}",
+        needs="cpu",
+    )["values"]["headline"]
 
 
 def file_io_chain(run: Story) -> list[dict]:
@@ -95,7 +97,8 @@ def file_io_chain(run: Story) -> list[dict]:
 
 
 def file_io_verdict(run: Story, rows: list[dict]) -> str:
-    """Records the walk's "verdict"; the walk ended at the JIT's file I/O, or AssertionError."""
+    """Records the walk's "verdict"; the walk ended at the JIT's file I/O (recorded as the run's
+    summary), or AssertionError."""
     last = rows[-1]
     applied = last["stages_applied"]
     seconds = sum(r["seconds"] for r in rows)
@@ -121,12 +124,13 @@ def file_io_verdict(run: Story, rows: list[dict]) -> str:
         f"({last.get('note', '')}) at {last['blocker_frame']}, not at the JIT's file I/O"
     )
     named = ", ".join(f"{s['stage']} [{s['origin']}]" for s in applied)
-    return (
+    return run.rec.summary(
         f"reached the JIT's file I/O after {len(applied)} patches ({named}); from the story: "
         f"{', '.join(s['stage'] for s in applied if s['story_patch']) or 'none'}; "
         f"reached only with these too: {', '.join(others) or 'none'}; "
-        f"total trace time {seconds:.1f} s"
-    )
+        f"total trace time {seconds:.1f} s",
+        needs="cpu",
+    )["values"]["headline"]
 
 
 @torch.compiler.disable
@@ -173,9 +177,11 @@ def compiler_disabled_attempt(run: Story) -> tuple[trace.TraceOutcome, trace.Tra
     return outcome, plain
 
 
-def compiler_disable_verdict(outcome: trace.TraceOutcome, plain: trace.TraceOutcome) -> str:
-    """Dynamo rejected the decoration under fullgraph=True, with and without FlashInfer, or
-    AssertionError."""
+def compiler_disable_verdict(
+    run: Story, outcome: trace.TraceOutcome, plain: trace.TraceOutcome
+) -> str:
+    """Dynamo rejected the decoration under fullgraph=True, with and without FlashInfer
+    (recorded as the run's summary), or AssertionError."""
     assert outcome.signature == COMPILER_DISABLE, (
         f"upstream behaviour changed: observed {outcome.signature}: {outcome.message}"
     )
@@ -183,9 +189,10 @@ def compiler_disable_verdict(outcome: trace.TraceOutcome, plain: trace.TraceOutc
         f"torch behaviour changed: a plain torch.compiler.disable'd call gave {plain.signature}"
     )
     hint = outcome.hints[0] if outcome.hints else None
-    return (
+    return run.rec.summary(
         f"reproduced: {outcome.exception}: {outcome.message!r} in {outcome.seconds:.2f} s; "
         f"hint: {hint}\n"
         f"without FlashInfer (a plain function, {plain.blocker_frame}): {plain.message!r}; "
-        "the rejection does not depend on FlashInfer"
-    )
+        "the rejection does not depend on FlashInfer",
+        needs="cpu",
+    )["values"]["headline"]

@@ -158,9 +158,9 @@ def compile_upstream_op(run: Story) -> dict | None:
     return row
 
 
-def fix_verdict(rows: list[dict], opcheck_result: dict, upstream: dict | None) -> str:
+def fix_verdict(run: Story, rows: list[dict], opcheck_result: dict, upstream: dict | None) -> str:
     """One graph, no breaks on every backend (bit-equal with the eager backend) and every opcheck
-    test passed, or AssertionError."""
+    test passed (recorded as the run's summary), or AssertionError."""
     for row in rows:
         assert (
             row["signature"] == "ok" and row["graph_count"] == 1 and row["graph_break_count"] == 0
@@ -181,7 +181,8 @@ def fix_verdict(rows: list[dict], opcheck_result: dict, upstream: dict | None) -
     )
     backends = ", ".join(r["backend"] for r in rows)
     kernels = ", ".join(sorted({str(r["kernel"]) for r in rows}))
-    return (
+    return run.rec.summary(
         f"fixed: fullgraph=True compiles to 1 graph with 0 breaks on {backends} (kernel inside "
-        f"the op: {kernels}); opcheck: {len(opcheck_result['tests_run'])} tests passed; {shipped}"
-    )
+        f"the op: {kernels}); opcheck: {len(opcheck_result['tests_run'])} tests passed; {shipped}",
+        needs="cpu",
+    )["values"]["headline"]

@@ -175,8 +175,8 @@ def break_reasons(rows: list[dict]) -> list[str]:
 
 
 def tradeoff_verdict(run: Story, rows: list[dict]) -> str:
-    """The custom op gives one graph and fullgraph=False splits every layer, or AssertionError;
-    RuntimeError when a CUDA graph capture or replay failed."""
+    """The custom op gives one graph and fullgraph=False splits every layer (recorded as the run's
+    summary), or AssertionError; RuntimeError when a CUDA graph capture or replay failed."""
     failed = [r for r in rows if str(r.get("cuda_graph_capture", "")).startswith("error")]
     if failed:
         raise RuntimeError(
@@ -215,4 +215,4 @@ def tradeoff_verdict(run: Story, rows: list[dict]) -> str:
             f"CUDA graph capture and replay: SKIPPED ({NO_CUDA.removeprefix('skipped: ')} here); "
             "run this notebook on a GPU for those numbers"
         )
-    return "\n".join(lines)
+    return run.rec.summary("\n".join(lines), needs="cpu")["values"]["headline"]

@@ -143,10 +143,13 @@ def plan_table(steps: Iterable[tuple]) -> pd.DataFrame:
 def record_plan(
     chosen: list[Notebook], machine: probe.Machine, rec: records.Recorder
 ) -> pd.DataFrame:
-    """The plan for ``chosen`` on ``machine`` as a table; the machine and each row are recorded."""
+    """The plan for ``chosen`` on ``machine`` as a table; the machine, each row and the summary
+    (how many run here) are recorded."""
     table = plan_table(plan(chosen, machine))
     rec.add(
         "machine", {"machine": machine.as_dict(), "capabilities": sorted(machine.capabilities())}
     )
     rec.add_all("plan", table.reset_index().to_dict("records"))
+    runs = int(table["runs here"].sum())
+    rec.summary(f"{runs} of {len(table)} notebooks run on this machine", needs="cpu")
     return table

@@ -24,7 +24,7 @@ from pathlib import Path
 import pandas as pd
 
 from fp4lab import __version__
-from fp4lab.core import paths, probe
+from fp4lab.core import evidence, paths, probe
 
 RUN_ID = os.environ.get("FP4LAB_RUN_ID") or uuid.uuid4().hex[:12]
 """Identifies one execution (one notebook kernel, one benchmark process)."""
@@ -133,10 +133,59 @@ def read(notebook: str) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
 
 
+def runs(rows: list[dict]) -> list[list[dict]]:
+    """Records grouped by run, oldest run first (a run's records in the order written)."""
+    grouped: dict[str, list[dict]] = {}
+    for r in rows:
+        grouped.setdefault(r["run_id"], []).append(r)
+    return list(grouped.values())
+
+
+def _summary(run: list[dict]) -> dict | None:
+    return next((r["values"] for r in reversed(run) if r["kind"] == "summary"), None)
+
+
+def _measured(run: list[dict]) -> bool:
+    summary = _summary(run)
+    return summary is not None and not str(summary.get("status", "")).startswith("not measured")
+
+
+def _chosen(grouped: list[list[dict]]) -> int:
+    """Which run ``latest`` quotes: the newest that measured something, else the newest that
+    finished (wrote its summary), else the newest; -1 when there is none."""
+    for good in (_measured, lambda run: _summary(run) is not None, lambda run: True):
+        found = [i for i, run in enumerate(grouped) if good(run)]
+        if found:
+            return found[-1]
+    return -1
+
+
 def latest(notebook: str) -> list[dict]:
-    """The records of the run that wrote last to one notebook's file, oldest first; [] when none."""
-    rows = read(notebook)
-    return [r for r in rows if r["run_id"] == rows[-1]["run_id"]] if rows else []
+    """The records of one notebook's newest good run, oldest first: the newest run whose summary
+    says it measured something (else the newest with a summary, else the newest: a benchmark or
+    the runner's log write none); [] when there are none. A failed, killed, refused or empty run
+    never hides the last good one: ``newer_runs`` names it."""
+    grouped = runs(read(notebook))
+    return grouped[_chosen(grouped)] if grouped else []
+
+
+def newer_runs(notebook: str) -> list[dict]:
+    """The runs newer than the one ``latest`` quotes, each with its ``run_id``, the ``time_utc``
+    of its first record, its ``records`` count and ``why`` it was passed over."""
+    grouped = runs(read(notebook))
+    if not grouped:
+        return []
+    newer = []
+    for run in grouped[_chosen(grouped) + 1 :]:
+        summary = _summary(run)
+        why = (
+            f"{summary.get('status')}: {summary.get('headline', '')}".rstrip(": ")
+            if summary
+            else "it wrote no summary: it failed or was cut short"
+        )
+        newer.append({"run_id": run[0]["run_id"], "records": len(run), "why": why,
+                      "time_utc": run[0]["provenance"]["time_utc"]})  # fmt: skip
+    return newer
 
 
 def load(notebook: str | None = None, *, latest_run: bool = True) -> pd.DataFrame:
@@ -151,15 +200,29 @@ def load(notebook: str | None = None, *, latest_run: bool = True) -> pd.DataFram
 
 
 class Recorder:
-    """One notebook run's writer: every record it appends carries the same notebook name and parameters."""
+    """One notebook run's writer: every record it appends carries the same notebook name and
+    parameters; ``written`` keeps them, and ``summary`` ends the run."""
 
     def __init__(self, notebook: str, params: dict) -> None:
         self.notebook = notebook
         self.params = params
+        self.written: list[dict] = []
 
     def add(self, kind: str, values: dict, **provenance_overrides: dict) -> dict:
         """Append one record of ``kind`` (``target=`` / ``packages=`` override the provenance)."""
-        return append(self.notebook, kind, values, self.params, **provenance_overrides)
+        record = append(self.notebook, kind, values, self.params, **provenance_overrides)
+        self.written.append(record)
+        return record
+
+    def summary(self, headline: str, **values: object) -> dict:
+        """The run's last record, which marks it finished (``latest``): ``status`` "measured", the
+        headline, and the evidence levels of the records this run wrote (unless given)."""
+        levels = values.pop("evidence", None) or evidence.of_values(
+            [r["values"] for r in self.written]
+        )
+        return self.add(
+            "summary", {"status": "measured", "headline": headline, "evidence": levels, **values}
+        )
 
     def add_all(self, kind: str, rows: list[dict]) -> list[dict]:
         """Append one record of ``kind`` per row; returns the rows."""

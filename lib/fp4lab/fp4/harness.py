@@ -85,19 +85,6 @@ def check_shapes(
     return checked
 
 
-class _KeepingRecorder(records.Recorder):
-    """A Recorder that also keeps every record it appends: the run's own records."""
-
-    def __init__(self, notebook: str, run_params: dict) -> None:
-        super().__init__(notebook, run_params)
-        self.written: list[dict] = []
-
-    def add(self, kind: str, values: dict, **provenance_overrides: dict) -> dict:
-        record = super().add(kind, values, **provenance_overrides)
-        self.written.append(record)
-        return record
-
-
 @dataclass
 class Run:
     """One run of notebook 06: its checked parameters, the device, and the records it wrote."""
@@ -108,7 +95,7 @@ class Run:
     device: torch.device
     throughput_shapes: list[tuple[int, int]]
     throughput_iters: int
-    recorder: _KeepingRecorder
+    recorder: records.Recorder
 
 
 def validate(
@@ -143,7 +130,7 @@ def validate(
         run_device,
         speed_shapes,
         throughput_iters,
-        _KeepingRecorder(NOTEBOOK, run_params),
+        records.Recorder(NOTEBOOK, run_params),
     )
 
 

@@ -210,6 +210,30 @@ def provenance_table() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["notebook", "provenance"]).set_index("notebook")
 
 
+def passed_over_table() -> pd.DataFrame:
+    """Runs newer than the one each notebook's numbers come from (``records.latest``): when they
+    ran, how many records they wrote, why they were passed over, and what `make reproduce` said
+    of the notebook last."""
+    status = _reproduce_status()
+    rows = [
+        {
+            "notebook": name,
+            "started (UTC)": run["time_utc"],
+            "records": run["records"],
+            "passed over because": run["why"],
+            "make reproduce said": ": ".join(
+                str(status[name][k]) for k in ("status", "reason") if status[name][k]
+            )
+            if name in status
+            else "",
+        }
+        for name in sorted(paths.record_files())
+        for run in records.newer_runs(name)
+    ]
+    columns = ["notebook", "started (UTC)", "records", "passed over because", "make reproduce said"]
+    return pd.DataFrame(rows, columns=columns).set_index("notebook")
+
+
 def skipped_table() -> pd.DataFrame:
     """What the last `make reproduce` ran, failed or skipped, and why."""
     rows = records.latest("reproduce")

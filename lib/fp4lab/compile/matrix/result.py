@@ -126,6 +126,7 @@ def summarize_versions(results: list[VersionResult]) -> dict:
     stages = _across(measured, "stage")
     stages.pop("none", None)
     return {
+        "status": "measured" if measured else "not measured",
         "versions_measured": [r.version for r in measured],
         "versions_failed": [r.version for r in results if r.env == "failed"],
         "versions_undecided": [r.version for r in measured if r.verdict not in VERDICTS],
