@@ -13,10 +13,13 @@ from fp4lab.core import catalog, paths, probe, runner
 NOTEBOOKS = catalog.notebooks()
 
 
-def test_every_notebook_file_is_in_the_catalog_in_number_order():
+def test_every_notebook_file_is_in_the_catalog_in_number_order_reports_last():
     files = sorted(p.stem for p in paths.NOTEBOOKS_DIR.glob("*.ipynb"))
-    assert [nb.name for nb in NOTEBOOKS] == files
-    assert [int(nb.number) for nb in NOTEBOOKS] == list(range(len(files)))
+    assert sorted(nb.name for nb in NOTEBOOKS) == files
+    assert sorted(int(nb.number) for nb in NOTEBOOKS) == list(range(len(files)))
+    reports = [nb.name for nb in NOTEBOOKS if nb.reads_records]
+    assert reports == ["10_decision_report"]
+    assert [nb.name for nb in NOTEBOOKS] == [f for f in files if f not in reports] + reports
 
 
 @pytest.mark.parametrize("nb", NOTEBOOKS, ids=lambda nb: nb.name)
