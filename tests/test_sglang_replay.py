@@ -12,7 +12,8 @@ from __future__ import annotations
 import pytest
 
 from fp4lab.core import catalog, paths, records, runner
-from fp4lab.serving.replay import decide, scan, study, versions
+from fp4lab.serving import standins
+from fp4lab.serving.replay import decide, env, scan, study, versions
 
 pytestmark = pytest.mark.environments
 STORY_SIGNATURES = ["subprocess", "file_io", "compiler_disable_under_fullgraph"]
@@ -159,3 +160,8 @@ def test_every_environment_says_where_its_torch_differs_from_the_pin(notebook_re
     assert envs["0.5.9"]["differs"] == ["torch: release pins ==2.9.1, installed 2.13.0+cpu"]
     assert envs["0.5.21"]["differs"] == []
     assert envs["0.5.9"]["pins"]["flashinfer-python"] == "==0.6.3"
+    for version, found in envs.items():
+        [removed] = [s for s in found["standins"] if s["name"] == standins.BINARIES_REMOVED]
+        site = standins.site_packages(str(env.env_dir(version) / "venv" / "bin" / "python"))
+        assert not list((site / standins.KERNEL_BINARIES).rglob("*.so*")), version
+        assert removed["removed"] and removed["bytes"] > 100 * 2**20, "the CUDA op libraries"

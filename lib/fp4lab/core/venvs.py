@@ -96,6 +96,17 @@ def uv_environment() -> dict[str, str]:
     return env
 
 
+def uncache(packages: list[str]) -> None:
+    """Drop ``packages`` from uv's shared cache (files of theirs an environment holds stay there,
+    hardlinks keep them); a later build downloads them again."""
+    subprocess.run(
+        [uv_binary(), "cache", "clean", *packages],
+        env=uv_environment(),
+        capture_output=True,
+        check=True,
+    )
+
+
 def _failure(label: str, output: str) -> str:
     tail = [line.strip() for line in output.splitlines() if line.strip()][-3:]
     return f"{label} failed: {' | '.join(tail)}"

@@ -42,10 +42,6 @@ PACKAGES = (
 """SGLang's dependencies its CPU server and benchmark clients need; the rest of its list is CUDA
 kernels, model-specific extras and tooling this harness never imports."""
 
-KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel")
-"""SGLang's kernel package (renamed across releases): installed without its dependencies, for its
-Python files; its binary loads only where CUDA does."""
-
 
 @dataclass
 class SGLangEnv:
@@ -126,7 +122,7 @@ def steps(version: str, requirements: dict[str, Requirement]) -> list[list[str]]
     if "torch" not in requirements:
         raise ValueError(f"sglang=={version} pins no torch; its requirements cannot be read")
     torch = venvs.torch_requirement()
-    kernel = [k for k in KERNEL_PACKAGES if canonicalize_name(k) in requirements]
+    kernel = [k for k in standins.KERNEL_PACKAGES if canonicalize_name(k) in requirements]
     return [
         ["install", torch, "torchvision"],
         ["install", "--no-deps", f"sglang=={version}", *pinned(tuple(kernel), requirements)],

@@ -48,6 +48,17 @@ STANDINS = (
 )
 """Every stand-in fp4lab may write, in the order it tries them."""
 
+KERNEL_PACKAGES = ("sglang-kernel", "sgl-kernel")
+"""SGLang's kernel package (renamed across releases): installed without its dependencies, for its
+Python files; its binary loads only where CUDA does."""
+
+KERNEL_BINARIES = "sgl_kernel"
+"""The package whose CUDA binaries are removed once its stand-in is in place (they cannot load
+here: ``import`` already fell back to the stand-in), about 1.2 GB per SGLang release."""
+
+BINARIES_REMOVED = f"{KERNEL_BINARIES}_binaries_removed"
+"""The manifest's entry for that removal."""
+
 MANIFEST = ".fp4lab-standins.json"
 
 
@@ -74,9 +85,31 @@ def site_packages(python: str) -> Path:
     return Path(done.stdout.strip())
 
 
+def _drop_kernel_binaries(python: str, prelude: str) -> dict | str:
+    """The kernel package's binaries removed from the environment (and its entries from uv's
+    cache, which the environment's files were hardlinks of), the import checked again; what was
+    removed, or why the import fails without them."""
+    from fp4lab.core import venvs
+
+    package = site_packages(python) / KERNEL_BINARIES
+    binaries = sorted(p for p in package.rglob("*.so*") if p.is_file())
+    sizes = sum(p.stat().st_size for p in binaries)
+    for binary in binaries:
+        binary.unlink()
+    still = _import_error(python, KERNEL_BINARIES, prelude)
+    if still:
+        return f"import {KERNEL_BINARIES} fails without its CUDA binaries: {still}"
+    venvs.uncache(list(KERNEL_PACKAGES))
+    return {"name": BINARIES_REMOVED, "file": f"{KERNEL_BINARIES}/**/*.so",
+            "removed": [str(p.relative_to(package)) for p in binaries], "bytes": sizes,
+            "why": "CUDA-only binaries that cannot load without CUDA (the import uses the "
+            "stand-in); removed to keep them out of build/"}  # fmt: skip
+
+
 def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
     """Write the stand-ins the environment needs, each import checked after ``prelude`` (code run
-    first); returns what it holds and '' (or why an import still fails)."""
+    first); where the kernel package needed one, remove its CUDA binaries; returns what it holds
+    and '' (or why an import still fails)."""
     python = str(python)
     manifest = Path(python).parent.parent / MANIFEST
     applied = json.loads(manifest.read_text()) if manifest.exists() else []
@@ -97,5 +130,12 @@ def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
             {"name": standin.name, "file": standin.path, "fixes": f"import {standin.imports}: "
              f"{error}", "why": standin.why}
         )  # fmt: skip
+        manifest.write_text(json.dumps(applied, indent=1))
+    done = {entry["name"] for entry in applied}
+    if "sgl_kernel_ops" in done and BINARIES_REMOVED not in done:
+        dropped = _drop_kernel_binaries(python, prelude)
+        if isinstance(dropped, str):
+            return applied, dropped
+        applied.append(dropped)
         manifest.write_text(json.dumps(applied, indent=1))
     return applied, ""

@@ -71,7 +71,7 @@ def env_dir(version: str) -> Path:
     return paths.build_dir() / "sglang-compile" / version
 
 
-PINNED = ("torch", "flashinfer-python", *sglang_env.KERNEL_PACKAGES, "transformers")
+PINNED = ("torch", "flashinfer-python", *standins.KERNEL_PACKAGES, "transformers")
 """The pins every record shows."""
 
 
@@ -86,7 +86,7 @@ def steps(version: str, pins: dict[str, str]) -> list[list[str]]:
     step."""
     torch = venvs.torch_requirement()
     flashinfer = f"flashinfer-python{pins.get('flashinfer-python', '')}"
-    kernels = [f"{k}{pins[k]}" for k in sglang_env.KERNEL_PACKAGES if k in pins]
+    kernels = [f"{k}{pins[k]}" for k in standins.KERNEL_PACKAGES if k in pins]
     imports = [f"{name}{pins.get(canonicalize_name(name), '')}" for name in IMPORT_PACKAGES]
     return [
         ["install", torch, flashinfer],
@@ -96,7 +96,7 @@ def steps(version: str, pins: dict[str, str]) -> list[list[str]]:
 
 
 def _installed(python: Path) -> dict[str, str]:
-    names = ["torch", "flashinfer-python", *sglang_env.KERNEL_PACKAGES, "transformers", "triton"]
+    names = ["torch", "flashinfer-python", *standins.KERNEL_PACKAGES, "transformers", "triton"]
     code = (
         "import importlib.metadata as m, json\n"
         f"out = {{}}\nfor n in {names!r}:\n"
