@@ -62,14 +62,15 @@ CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR
 reproduce matrix sglang gpu benchmarks: export FP4LAB_DATA_DIR := $(abspath data)
 reproduce matrix sglang gpu benchmarks: export FP4LAB_FIGURES_DIR := $(abspath figures)
 
+# `exec`: the runner is make's own child, so it stops when make is stopped or killed.
 reproduce: $(STAMP)
-	$(PY) -m fp4lab.core.runner reproduce --notebooks "$(NOTEBOOKS)"
+	exec $(PY) -m fp4lab.core.runner reproduce --notebooks "$(NOTEBOOKS)"
 
 matrix: $(STAMP)
-	$(PY) -m fp4lab.core.runner reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
+	exec $(PY) -m fp4lab.core.runner reproduce --notebooks 09,10 $(if $(VERSIONS),--param versions=$(VERSIONS))
 
 sglang: $(STAMP)
-	$(PY) -m fp4lab.core.runner reproduce --notebooks 11,10 $(if $(SGLANG_VERSIONS),--param sglang_versions=$(SGLANG_VERSIONS))
+	exec $(PY) -m fp4lab.core.runner reproduce --notebooks 11,10 $(if $(SGLANG_VERSIONS),--param sglang_versions=$(SGLANG_VERSIONS))
 
 gpu: $(STAMP)
 	PY=$(PY) bash scripts/gpu.sh
@@ -87,7 +88,7 @@ benchmarks: $(STAMP)
 	$(PY) benchmarks/fp4_api_audit.py
 
 test: lint
-	$(PY) -m pytest
+	exec $(PY) -m pytest
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -6,14 +6,18 @@ compile (torch.compile outcomes, the story staged on FlashInfer, the fix, versio
 fp4 (FP4 numerics, kernels, cross-checks, error and speed), comm (torchrun, allreduce,
 overlap), serving (SGLang launch, logs, benchmarks) and report (figures, decision table).
 
-Importing fp4lab changes nothing; ``fp4lab.setup()`` points every cache into build/.
+Importing fp4lab changes nothing; ``fp4lab.setup()`` points every cache into build/ and ties
+the calling process's life to its parent's (a notebook kernel dies with its runner).
 """
 
 __version__ = "0.1.0"
 
 
 def setup() -> None:
-    """Point every dependency's cache into the repository's build/cache (call before importing torch)."""
+    """Point every dependency's cache into the repository's build/cache (call before importing
+    torch), and have this process stopped when its parent dies (``core.process``)."""
     from fp4lab.core.paths import use_build_caches
+    from fp4lab.core.process import exit_with_parent
 
     use_build_caches()
+    exit_with_parent()

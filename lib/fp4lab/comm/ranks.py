@@ -20,6 +20,8 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
+from fp4lab.core import process
+
 PROGRESS_ENV = "FP4LAB_PROGRESS_DIR"
 DONE = "done"
 _TORCHRUN_VARIABLES = (
@@ -58,8 +60,10 @@ class RankEnv:
 
 
 def init(backend: str, timeout_s: float = 600.0) -> tuple[RankEnv, torch.device]:
-    """Join the process group torchrun describes; NCCL ranks get the GPU of their local rank."""
+    """Join the process group torchrun describes; NCCL ranks get the GPU of their local rank.
+    A rank dies with its torchrun (which puts it in a session of its own)."""
     env = RankEnv.from_environ()
+    process.exit_with_parent()
     device = torch.device("cpu")
     if backend == "nccl":
         device = torch.device("cuda", env.local_rank)

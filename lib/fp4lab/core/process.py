@@ -1,19 +1,24 @@
 """Child processes that never outlive their harness: servers, torchrun, benchmark clients.
 
 Every child starts in its own process group (its own session), writes stdout and
-stderr to a log file, and is stopped as a whole group: SIGTERM to the group, a grace
-period, then SIGKILL to whatever is left, then a check that no member is still alive.
-``group`` does that on normal exit, on an exception, on Ctrl-C, and (in the main
-thread) on SIGTERM to the harness, which it turns into ``SystemExit`` so cleanup runs.
-A SIGKILL of the harness itself cannot be caught; nothing here claims otherwise.
+stderr to a log file, and is stopped as a whole group together with every descendant it
+started in another session (torchrun puts each rank in its own): SIGTERM to all of them, a
+grace period, then SIGKILL to whatever is left (a frozen process included), then a check that
+none is still alive. ``group`` does that on normal exit, on an exception, on Ctrl-C, and (in
+the main thread) on SIGTERM to the harness, which it turns into ``SystemExit`` so cleanup runs.
+A SIGKILL of the harness cannot be caught: on Linux every child is started with a parent-death
+signal (SIGTERM when the harness dies), and ``exit_with_parent`` gives fp4lab's own processes
+(the runner, notebook kernels, ranks) the same.
 """
 
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator, Sequence
@@ -24,6 +29,61 @@ GRACE_S = 10.0
 """How long a group gets between SIGTERM and SIGKILL."""
 
 _PROC = Path("/proc")
+
+_PR_SET_PDEATHSIG = 1
+_PRCTL = ctypes.CDLL(None, use_errno=True).prctl if sys.platform == "linux" else None
+"""Resolved once here: a child between fork and exec must not load anything."""
+
+
+def exit_with_parent(sig: signal.Signals = signal.SIGTERM) -> bool:
+    """Have the kernel send ``sig`` to this process when its parent dies (Linux: True;
+    elsewhere nothing is armed: False)."""
+    if _PRCTL is None:
+        return False
+    _PRCTL(_PR_SET_PDEATHSIG, int(sig))
+    return True
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return _state(pid) not in (None, "Z", "X")
+
+
+def _stat_fields(pid: int | str) -> list[str] | None:
+    """``state ppid pgrp ...`` of a live process, None once it is gone."""
+    try:
+        stat = (_PROC / str(pid) / "stat").read_text()
+    except OSError:  # the process ended while we looked
+        return None
+    # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
+    return stat[stat.rindex(")") + 2 :].split()
+
+
+def _state(pid: int) -> str | None:
+    fields = _stat_fields(pid) if _PROC.is_dir() else None
+    return fields[0] if fields else None
+
+
+def descendants(pid: int) -> list[int]:
+    """Every live process below ``pid``, whatever session it moved to (via /proc; [] without)."""
+    if not _PROC.is_dir():
+        return []
+    children: dict[int, list[int]] = {}
+    for entry in _PROC.iterdir():
+        fields = _stat_fields(entry.name) if entry.name.isdigit() else None
+        if fields and fields[0] not in ("Z", "X"):
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
+    found, todo = [], [pid]
+    while todo:
+        for child in children.get(todo.pop(), []):
+            found.append(child)
+            todo.append(child)
+    return sorted(found)
 
 
 def members(pgid: int) -> list[int]:
@@ -38,29 +98,29 @@ def members(pgid: int) -> list[int]:
         return [pgid]
     alive = []
     for entry in _PROC.iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:  # the process ended while we looked
-            continue
-        # "pid (comm) state ppid pgrp ...": comm may hold spaces and parentheses.
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
+        fields = _stat_fields(entry.name) if entry.name.isdigit() else None
+        if fields and int(fields[2]) == pgid and fields[0] not in ("Z", "X"):
             alive.append(int(entry.name))
     return sorted(alive)
 
 
-def _signal_group(pgid: int, sig: signal.Signals) -> None:
+def _signal_all(pgid: int, others: list[int], sig: signal.Signals) -> None:
     with contextlib.suppress(ProcessLookupError):
         os.killpg(pgid, sig)
+    for pid in others:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(pid, sig)
 
 
-def _wait_empty(proc: subprocess.Popen, seconds: float) -> bool:
+def _left(pgid: int, others: list[int]) -> list[int]:
+    return sorted({*members(pgid), *(pid for pid in others if _alive(pid))})
+
+
+def _wait_empty(proc: subprocess.Popen, others: list[int], seconds: float) -> bool:
     deadline = time.monotonic() + seconds
     while True:
         proc.poll()  # reap the leader as soon as it exits
-        if not members(proc.pid):
+        if not _left(proc.pid, others):
             return True
         if time.monotonic() >= deadline:
             return False
@@ -68,18 +128,21 @@ def _wait_empty(proc: subprocess.Popen, seconds: float) -> bool:
 
 
 def stop(proc: subprocess.Popen, grace_s: float | None = None) -> None:
-    """Stop the whole process group led by ``proc`` (SIGTERM, then SIGKILL after ``grace_s``, default GRACE_S).
+    """Stop the process group led by ``proc`` and every descendant it started in another session
+    (SIGTERM, then SIGKILL after ``grace_s``, default GRACE_S; a frozen process is killed then).
 
-    Raises RuntimeError if any member survives SIGKILL.
+    Raises RuntimeError if any of them survives SIGKILL.
     """
     pgid = proc.pid
-    _signal_group(pgid, signal.SIGTERM)
-    if not _wait_empty(proc, GRACE_S if grace_s is None else grace_s):
-        _signal_group(pgid, signal.SIGKILL)
-        _wait_empty(proc, 5.0)
+    others = descendants(pgid)  # before the signal: an orphan no longer shows whose it was
+    _signal_all(pgid, others, signal.SIGTERM)
+    if not _wait_empty(proc, others, GRACE_S if grace_s is None else grace_s):
+        others = sorted({*others, *descendants(pgid)})
+        _signal_all(pgid, others, signal.SIGKILL)
+        _wait_empty(proc, others, 5.0)
     with contextlib.suppress(subprocess.TimeoutExpired):
         proc.wait(timeout=5.0)
-    left = members(pgid)
+    left = _left(pgid, others)
     if left:
         raise RuntimeError(f"process group {pgid} survived SIGKILL: pids {left}")
 
@@ -103,7 +166,19 @@ def spawn(
             start_new_session=True,
             env=env,
             cwd=cwd,
+            preexec_fn=_die_with_parent(os.getpid()) if _PRCTL is not None else None,
         )
+
+
+def _die_with_parent(parent: int):
+    """For a child between fork and exec: SIGTERM when the harness dies (even by SIGKILL)."""
+
+    def arm() -> None:
+        _PRCTL(_PR_SET_PDEATHSIG, int(signal.SIGTERM))
+        if os.getppid() != parent:  # the harness died before the signal was armed
+            os._exit(1)
+
+    return arm
 
 
 @contextlib.contextmanager

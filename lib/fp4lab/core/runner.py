@@ -7,7 +7,9 @@ runnable notebook failed. It prints each notebook's start, each cell as it runs 
 cell prints) and the notebook's time; a cell that runs past the notebook's ``cell_timeout_s`` is
 stopped, the notebook fails naming that cell, and the run goes on to the next notebook. Executed
 copies and HTML are written beside their final name and renamed into place, so a reader never
-sees half a file.
+sees half a file. SIGTERM, Ctrl-C, or the death of whatever started the runner (`make`, even
+killed by SIGKILL) stops the run: the notebook in progress is recorded as interrupted, and its
+kernel, which dies with the runner, takes its own children with it (``core.process``).
 
     python -m fp4lab.core.runner reproduce [--notebooks 01,05] [--param NAME=VALUE ...] [--no-html]
     python -m fp4lab.core.runner list
@@ -24,7 +26,7 @@ from pathlib import Path
 
 import nbformat
 
-from fp4lab.core import paths, records
+from fp4lab.core import paths, process, records
 from fp4lab.core.catalog import (
     KERNEL,
     Notebook,
@@ -111,6 +113,22 @@ def export_html(executed: Path, out_dir: Path) -> Path:
     return html
 
 
+def _record(nb: Notebook, status: str, reason: str, started: float) -> None:
+    seconds = time.perf_counter() - started
+    print(f"    {status.upper()} in {seconds:.1f} s {reason}", flush=True)
+    records.append(
+        "reproduce",
+        "notebook",
+        {
+            "notebook": nb.name,
+            "needs": nb.needs,
+            "status": status,
+            "reason": reason,
+            "seconds": round(seconds, 2),
+        },
+    )
+
+
 def reproduce(
     spec: str = "",
     html: bool = True,
@@ -173,19 +191,11 @@ def reproduce(
         except Exception as exc:
             status, reason = "failed", f"{nb.name}: {type(exc).__name__}: {_last_line(exc)}"
             failed.append(nb.name)
-        seconds = time.perf_counter() - started
-        print(f"    {status.upper()} in {seconds:.1f} s {reason}", flush=True)
-        records.append(
-            "reproduce",
-            "notebook",
-            {
-                "notebook": nb.name,
-                "needs": nb.needs,
-                "status": status,
-                "reason": reason,
-                "seconds": round(seconds, 2),
-            },
-        )
+        except (KeyboardInterrupt, SystemExit) as exc:  # recorded, then the run stops
+            how = "Ctrl-C" if isinstance(exc, KeyboardInterrupt) else "SIGTERM"
+            _record(nb, "interrupted", f"{nb.name}: stopped by {how}", started)
+            raise
+        _record(nb, status, reason, started)
     if failed:
         print(
             f"{len(failed)} runnable notebook(s) failed: {', '.join(failed)}; executed copies in {executed_dir}",
@@ -196,8 +206,9 @@ def reproduce(
     return 0
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None, folder: Path = paths.NOTEBOOKS_DIR) -> int:
     paths.use_build_caches()
+    process.exit_with_parent()  # `make` killed, even by SIGKILL: SIGTERM here
     logging.basicConfig(format="    %(message)s")  # papermill's cell-by-cell progress
     logging.getLogger("papermill").setLevel(logging.INFO)
     parser = argparse.ArgumentParser(
@@ -219,15 +230,19 @@ def main(argv: list[str] | None = None) -> int:
     sub.add_parser("list", help="list the notebooks, their needs and whether they run here")
     args = parser.parse_args(argv)
     if args.command == "list":
-        for nb, skip in plan(notebooks()):
+        for nb, skip in plan(notebooks(folder)):
             print(
                 f"{nb.name:34} needs {nb.needs:9} ~{nb.duration_s:>4} s  {'skip: ' + skip if skip else 'runs here'}"
             )
         return 0
     try:
-        return reproduce(
-            args.notebooks, html=not args.no_html, parameters=parse_parameters(args.param)
-        )
+        with process.sigterm_raises():
+            return reproduce(
+                args.notebooks,
+                html=not args.no_html,
+                folder=folder,
+                parameters=parse_parameters(args.param),
+            )
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

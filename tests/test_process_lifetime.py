@@ -1,0 +1,116 @@
+"""Nothing fp4lab starts outlives its harness: a descendant in another session or frozen is
+stopped at the timeout; a harness, or the runner's parent, killed by SIGKILL takes its children
+(servers, kernels, ranks) with it; the runner records the notebook it was running as interrupted."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+from fp4lab.core import process, records
+
+pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="parent-death signals are Linux's")
+
+
+def _gone(pids: list[int], within_s: float = 15.0) -> list[int]:
+    """The pids still alive after ``within_s`` (zombies count as gone)."""
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        left = [p for p in pids if process._alive(p)]
+        if not left:
+            return []
+        time.sleep(0.1)
+    return left
+
+
+def _wait_for(path, within_s: float = 120.0) -> str:
+    deadline = time.monotonic() + within_s
+    while time.monotonic() < deadline:
+        if path.exists() and path.read_text().strip():
+            return path.read_text().strip()
+        time.sleep(0.1)
+    raise AssertionError(f"{path.name} never appeared")
+
+
+def test_a_frozen_descendant_in_its_own_session_is_killed_at_the_timeout(tmp_path):
+    """As torchrun does with its ranks: a grandchild in a new session, here frozen by SIGSTOP."""
+    pid_file = tmp_path / "rank.pid"
+    driver = textwrap.dedent(f"""
+        import os, signal, subprocess, sys, time
+        rank = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(600)"],
+                                start_new_session=True)
+        os.kill(rank.pid, signal.SIGSTOP)
+        open({str(pid_file)!r}, "w").write(str(rank.pid))
+        time.sleep(600)
+    """)
+    finished = process.run([sys.executable, "-c", driver], tmp_path / "driver.log", timeout_s=5)
+    rank = int(pid_file.read_text())
+    assert finished.timed_out
+    assert _gone([rank], within_s=1) == [], "stopped with its driver, although frozen and elsewhere"
+
+
+def test_children_die_with_a_harness_killed_by_sigkill(tmp_path):
+    pid_file = tmp_path / "server.pid"
+    harness = textwrap.dedent(f"""
+        import sys, time
+        from fp4lab.core import process
+        with process.group([sys.executable, "-c", "import time; time.sleep(600)"],
+                           {str(tmp_path / "server.log")!r}) as server:
+            open({str(pid_file)!r}, "w").write(str(server.pid))
+            time.sleep(600)
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", harness], start_new_session=True)
+    server = int(_wait_for(pid_file))
+    proc.kill()
+    proc.wait()
+    assert _gone([server]) == [], "the server outlived its harness"
+
+
+def _notebook(folder, name: str, source: str) -> None:
+    import nbformat
+
+    nb = nbformat.v4.new_notebook()
+    nb.metadata["fp4lab"] = {"title": name, "needs": "cpu", "duration_s": 60}
+    nb.metadata["kernelspec"] = {"name": "fp4lab", "display_name": "fp4lab", "language": "python"}
+    nb.cells = [nbformat.v4.new_code_cell(source)]
+    nbformat.write(nb, folder / f"{name}.ipynb")
+
+
+@pytest.mark.notebook
+def test_the_runner_and_its_kernel_stop_when_make_is_killed(tmp_path, isolated_outputs):
+    """`make` killed by SIGKILL (a closed terminal, a CI system): the runner it exec'd stops,
+    records the notebook as interrupted, and the kernel and the kernel's child go with it."""
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    pid_file = tmp_path / "kernel.pid"
+    _notebook(folder, "01_long", textwrap.dedent(f"""
+        import fp4lab, os, sys, time
+        fp4lab.setup()
+        from fp4lab.core import process
+        child = process.spawn([sys.executable, "-c", "import time; time.sleep(600)"],
+                              {str(tmp_path / "child.log")!r})
+        open({str(pid_file)!r}, "w").write(f"{{os.getpid()}} {{child.pid}}")
+        time.sleep(600)
+    """))  # fmt: skip
+    run = (
+        "from pathlib import Path; from fp4lab.core import runner; "
+        f"runner.main(['reproduce'], folder=Path({str(folder)!r}))"
+    )
+    make = subprocess.Popen(
+        [sys.executable, "-c", f"import subprocess, sys; subprocess.run([sys.executable, '-c', {run!r}])"],
+        start_new_session=True,
+        env={**os.environ, "FP4LAB_BUILD_DIR": str(tmp_path / "build")},
+    )  # fmt: skip
+    kernel, child = (int(p) for p in _wait_for(pid_file).split())
+    [runner_pid] = [p for p in process.descendants(make.pid) if p not in (kernel, child)][:1]
+    make.kill()
+    make.wait()
+    assert _gone([runner_pid, kernel, child]) == [], "nothing outlives make"
+    [row] = [r["values"] for r in records.read("reproduce")]
+    assert (row["notebook"], row["status"]) == ("01_long", "interrupted")
+    assert row["reason"] == "01_long: stopped by SIGTERM"
