@@ -3,6 +3,9 @@ named, the run goes on to the next notebook, and nothing half-written is left in
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 import time
 
 import nbformat
@@ -41,3 +44,31 @@ def test_a_hung_cell_stops_at_its_timeout_and_the_run_goes_on(
     assert sorted(p.name for p in executed.iterdir()) == ["01_hangs.ipynb", "02_runs.ipynb"]
     html = tmp_path / "build" / "html"
     assert sorted(p.name for p in html.iterdir()) == ["02_runs.html"], "no partial file is left"
+
+
+def test_a_second_run_in_the_same_checkout_waits_for_the_first_and_says_so(
+    tmp_path, isolated_outputs
+):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder, "01_quick", "print('ran')")
+    build = tmp_path / "build"
+    code = (
+        "from pathlib import Path; from fp4lab.core import runner; "
+        f"raise SystemExit(runner.main(['reproduce', '--no-html'], folder=Path({str(folder)!r})))"
+    )
+    with runner.one_run_at_a_time(build / "reproduce.lock"):
+        second = subprocess.Popen(
+            [sys.executable, "-c", code],
+            stdout=subprocess.PIPE,
+            text=True,
+            env={**os.environ, "FP4LAB_BUILD_DIR": str(build)},
+        )
+        first_line = second.stdout.readline()
+        assert first_line == (
+            f"another run in this checkout (pid {os.getpid()}) holds {build / 'reproduce.lock'}: "
+            "waiting for it to finish\n"
+        )
+        assert second.poll() is None, "it waits while the first run holds the lock"
+    assert second.wait(timeout=120) == 0
+    assert "[1/1] 01_quick" in second.stdout.read()

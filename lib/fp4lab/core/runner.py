@@ -7,7 +7,8 @@ runnable notebook failed. It prints each notebook's start, each cell as it runs 
 cell prints) and the notebook's time; a cell that runs past the notebook's ``cell_timeout_s`` is
 stopped, the notebook fails naming that cell, and the run goes on to the next notebook. Executed
 copies and HTML are written beside their final name and renamed into place, so a reader never
-sees half a file. SIGTERM, Ctrl-C, or the death of whatever started the runner (`make`, even
+sees half a file. A second run in the same checkout (build/) waits for the first, and says so.
+SIGTERM, Ctrl-C, or the death of whatever started the runner (`make`, even
 killed by SIGKILL) stops the run: the notebook in progress is recorded as interrupted, and its
 kernel, which dies with the runner, takes its own children with it (``core.process``).
 
@@ -18,10 +19,13 @@ kernel, which dies with the runner, takes its own children with it (``core.proce
 from __future__ import annotations
 
 import argparse
+import contextlib
+import fcntl
 import logging
 import os
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import nbformat
@@ -111,6 +115,25 @@ def export_html(executed: Path, out_dir: Path) -> Path:
     partial.write_text(body)
     partial.replace(html)
     return html
+
+
+@contextlib.contextmanager
+def one_run_at_a_time(lock: Path) -> Iterator[None]:
+    """Hold ``lock`` (an exclusive flock) for the run; a run that finds it held says which pid
+    holds it and waits for it to be released."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.seek(0)
+            print(f"another run in this checkout (pid {held.read().strip() or '?'}) holds {lock}: "
+                  "waiting for it to finish", flush=True)  # fmt: skip
+            fcntl.flock(held, fcntl.LOCK_EX)
+        held.truncate(0)
+        held.write(str(os.getpid()))
+        held.flush()
+        yield
 
 
 def _record(nb: Notebook, status: str, reason: str, started: float) -> None:
@@ -236,7 +259,7 @@ def main(argv: list[str] | None = None, folder: Path = paths.NOTEBOOKS_DIR) -> i
             )
         return 0
     try:
-        with process.sigterm_raises():
+        with process.sigterm_raises(), one_run_at_a_time(paths.build_dir() / "reproduce.lock"):
             return reproduce(
                 args.notebooks,
                 html=not args.no_html,
