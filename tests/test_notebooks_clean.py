@@ -141,6 +141,10 @@ BAD = [
     ("08_single_batch_overlap", {"model_path": "/no/such/model"},
      "model_path='/no/such/model' is not allowed"),
     ("09_version_matrix", {"versions": "0.7.4,abc"}, "versions contains 'abc', which is not a version"),
+    ("09_version_matrix", {"versions": "0.7.4,9.9.9"},
+     "versions contains '9.9.9': flashinfer-python has no such release on the package index; "
+     "allowed values: its releases, newest first: 0.7.4, "),
+    ("12_fp4_api_audit", {"versions": ["0.0.1"]}, "versions contains '0.0.1': flashinfer-python has no"),
     ("09_version_matrix", {"versions": ","}, "versions is empty; allowed values: flashinfer-python versions such as"),
     ("10_decision_report", {"show_provenance": "yes"}, "show_provenance='yes' is not allowed"),
     ("11_sglang_piecewise_replay", {"sglang_versions": ["0.4.0"]},

@@ -84,6 +84,37 @@ def pip_find_links() -> str:
     return done.stdout.strip() if done.returncode == 0 else ""
 
 
+@cache
+def registry_versions(package: str) -> tuple[str, ...] | None:
+    """The releases of ``package`` the configured package index offers this interpreter, newest
+    first (``pip index versions``: one cheap lookup); () when it has none, None when the index
+    could not be asked."""
+    done = subprocess.run(
+        [sys.executable, "-m", "pip", "index", "versions", package, "--disable-pip-version-check"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    for line in done.stdout.splitlines():
+        if line.startswith("Available versions:"):
+            return tuple(v.strip() for v in line.split(":", 1)[1].split(","))
+    return () if "No matching distribution" in done.stderr else None
+
+
+def check_released(name: str, package: str, versions: list[str]) -> list[str]:
+    """``versions`` when the package index has each (or cannot be asked); else an error naming
+    the parameter, the version and the newest releases it has, before anything is built."""
+    released = registry_versions(package)
+    missing = [v for v in versions if released is not None and v not in released]
+    if missing:
+        newest = ", ".join(released[:8]) if released else "none"
+        raise ValueError(
+            f"{name} contains {missing[0]!r}: {package} has no such release on the package "
+            f"index; allowed values: its releases, newest first: {newest}, ..."
+        )
+    return versions
+
+
 def uv_environment() -> dict[str, str]:
     """The process environment for uv: the shared cache, no Python downloads, pip's find-links."""
     env = dict(os.environ)

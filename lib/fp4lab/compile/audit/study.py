@@ -10,7 +10,7 @@ import pandas as pd
 
 from fp4lab.compile.audit.run import VERDICTS
 from fp4lab.compile.matrix.env import ensure_env, python
-from fp4lab.compile.matrix.versions import check_versions
+from fp4lab.compile.matrix.versions import check_released
 from fp4lab.core import params, paths, records, venvs
 
 NOTEBOOK = "12_fp4_api_audit"
@@ -36,7 +36,7 @@ def prepare(versions: list[str] | str, sms: list[str], entry_points: list[str]) 
     return records.Recorder(
         NOTEBOOK,
         {
-            "versions": check_versions(versions),
+            "versions": check_released(versions),
             "sms": params.sms("sms", sms),
             "entry_points": check_entry_points(entry_points),
         },

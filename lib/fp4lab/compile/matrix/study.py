@@ -14,7 +14,7 @@ from collections.abc import Callable
 
 from fp4lab.compile.matrix.env import TRACE_TIMEOUT_S, child, ensure_env, read_child
 from fp4lab.compile.matrix.result import VERDICTS, VersionResult, summarize_versions
-from fp4lab.compile.matrix.versions import DEFAULT_VERSIONS, check_versions
+from fp4lab.compile.matrix.versions import DEFAULT_VERSIONS, check_released, check_versions
 from fp4lab.core import paths, records, venvs
 
 
@@ -52,7 +52,7 @@ def measure_versions(
 
 def prepare(versions: list[str] | str) -> records.Recorder:
     """Notebook 09's validation: the versions checked; the recorder its records go through."""
-    return records.Recorder("09_version_matrix", {"versions": check_versions(versions)})
+    return records.Recorder("09_version_matrix", {"versions": check_released(versions)})
 
 
 def measure_and_record(rec: records.Recorder) -> list[VersionResult]:
@@ -108,7 +108,7 @@ def main(argv: list[str] | None = None) -> int:
     )
     args = parser.parse_args(argv)
     try:
-        results = measure_versions(check_versions(args.versions))
+        results = measure_versions(check_released(args.versions))
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

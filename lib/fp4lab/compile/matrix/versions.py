@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from packaging.version import InvalidVersion, Version
 
-from fp4lab.core import params
+from fp4lab.core import params, venvs
 
 DEFAULT_VERSIONS = (
     "0.6.3",
@@ -33,3 +33,9 @@ def check_versions(versions: list[str] | str) -> list[str]:
                 f"versions contains {v!r}, which is not a version; e.g. 0.6.12 or 0.7.4"
             ) from None
     return versions
+
+
+def check_released(versions: list[str] | str) -> list[str]:
+    """``check_versions``, then each version looked up on the package index (one lookup), so a
+    version that does not exist is named before any environment is built."""
+    return venvs.check_released("versions", "flashinfer-python", check_versions(versions))
