@@ -131,6 +131,8 @@ BAD = [
      "distributions contains 'cauchy'; allowed values: normal, student_t, outlier_channels"),
     ("06_nvfp4_kernels", {"device": "tpu"}, "device='tpu' is not allowed"),
     ("07_mscclpp_allreduce", {"sizes": "3KiB"}, "sizes contains '3KiB'"),
+    ("07_mscclpp_allreduce", {"sizes": "1KiB,1024GiB"},
+     "sizes contains 1024GiB, more than a rank can hold here ("),
     ("07_mscclpp_allreduce", {"backends": ["nvlink"]}, "backends contains 'nvlink'"),
     ("07_mscclpp_allreduce", {"cpu_ranks": 1}, "world size 1 is too small"),
     ("07_mscclpp_allreduce", {"gpu_ranks": 1}, "gpu_ranks=1 is not allowed"),

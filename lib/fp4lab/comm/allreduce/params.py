@@ -5,12 +5,14 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 import subprocess
 import sys
 
 import torch
 import torch.distributed as dist
 
+from fp4lab.comm.allreduce.sizes import format_size
 from fp4lab.core import params, probe
 
 BACKENDS = ("gloo", "nccl", "mscclpp")
@@ -30,6 +32,18 @@ def parse_modes(spec: str, backend: str) -> tuple[str, ...]:
     if spec == "auto":
         return modes_for(backend)
     return tuple(params.items("modes", spec))
+
+
+def size_limit(backend: str, world_size: int) -> tuple[int, str]:
+    """The largest message a rank may allreduce here, and what bounds it: a quarter of one GPU's
+    memory per nccl rank, a quarter of this machine's memory shared by its gloo ranks."""
+    if backend == "nccl" and torch.cuda.is_available():
+        memory = torch.cuda.get_device_properties(0).total_memory
+        return memory // 4, f"a quarter of one GPU's {memory / 2**30:.0f} GiB"
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    return memory // (4 * world_size), (
+        f"a quarter of this machine's {memory / 2**30:.0f} GiB shared by {world_size} ranks"
+    )
 
 
 def validate(
@@ -64,6 +78,13 @@ def validate(
     if too_small:
         raise ValueError(
             f"sizes contains {too_small[0]} bytes, less than one {dtype} element ({itemsize} bytes)"
+        )
+    limit, why = size_limit(backend, world_size)
+    too_big = [s for s in sizes if s > limit]
+    if too_big:
+        raise ValueError(
+            f"sizes contains {format_size(too_big[0])}, more than a rank can hold here "
+            f"({format_size(limit)}: {why}); allowed values: sizes up to that"
         )
     supported = modes_for(backend)
     if not modes or any(m not in supported for m in modes):
