@@ -18,8 +18,8 @@ shift
 PY=${PYTHON:-python3}
 SITE="$OUT/.site"
 
-"$PY" - <<'PYEOF'
-import sys
+"$PY" - "$HERE/expects.txt" <<'PYEOF'
+import importlib.util, sys
 try:
     import torch
 except ImportError:
@@ -27,6 +27,11 @@ except ImportError:
 major, minor = (int(p) for p in torch.__version__.split(".")[:2])
 if (major, minor) < (2, 11):
     sys.exit(f"run.sh needs torch >= 2.11; this python3 has {torch.__version__}")
+lacks = [n for n in open(sys.argv[1]).read().split() if importlib.util.find_spec(n) is None]
+if lacks:
+    sys.exit(f"run.sh: this python3 lacks {', '.join(lacks)}, which the bundle does not carry; "
+             "nothing was installed. Rebuild the bundle with them: python -m fp4lab.core.bundle "
+             f"build build/gpu-bundle --with {','.join(lacks)} (or set PYTHON=... to one that has them)")
 print(f"torch {torch.__version__}, CUDA device: {torch.cuda.is_available()}")
 PYEOF
 

@@ -67,17 +67,37 @@ def test_install_takes_only_what_the_interpreter_lacks(tmp_path):
         bundle.install(wheels, tmp_path / "site")
 
 
-@pytest.mark.bundle
-def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built, tmp_path):
-    """A python3 with only torch (and the scientific stack the GPU image has) runs the bundle."""
-    env_dir = tmp_path / "gpu-like-python"
+def _python_with(env_dir: Path, packages: list[str]) -> Path:
+    """A bare python3 (uv-built, from the shared cache) with only ``packages``."""
     uv = [venvs.uv_binary(), "--quiet"]
     subprocess.run([*uv, "venv", "--seed", "--python", sys.executable, env_dir], check=True,
                    env=venvs.uv_environment())  # fmt: skip
     python = env_dir / "bin" / "python"
-    stack = [venvs.torch_requirement(), "pandas==3.1.1", "matplotlib==3.11.2"]
-    subprocess.run([*uv, "pip", "install", "--python", python, *stack], check=True,
+    subprocess.run([*uv, "pip", "install", "--python", python, *packages], check=True,
                    env=venvs.uv_environment())  # fmt: skip
+    return python
+
+
+def test_run_sh_names_what_the_interpreter_lacks_before_installing_anything(built, tmp_path):
+    assert (built / "expects.txt").read_text().split() == ["matplotlib", "numpy", "pandas"]
+    python = _python_with(tmp_path / "no-pandas", [venvs.torch_requirement(), "numpy"])
+    out = tmp_path / "out"
+    done = subprocess.run(["bash", str(built / "run.sh"), str(out)], env={**os.environ,
+                          "PYTHON": str(python)}, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert done.stderr.strip().splitlines()[-1] == (
+        "run.sh: this python3 lacks matplotlib, pandas, which the bundle does not carry; nothing "
+        "was installed. Rebuild the bundle with them: python -m fp4lab.core.bundle build "
+        "build/gpu-bundle --with matplotlib,pandas (or set PYTHON=... to one that has them)"
+    )
+    assert not (out / ".site").exists()
+
+
+@pytest.mark.bundle
+def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built, tmp_path):
+    """A python3 with only torch (and the scientific stack the GPU image has) runs the bundle."""
+    stack = [venvs.torch_requirement(), "pandas==3.1.1", "matplotlib==3.11.2"]
+    python = _python_with(tmp_path / "gpu-like-python", stack)
     out = tmp_path / "out"
     run_env = {
         k: v for k, v in os.environ.items() if not k.startswith(("FP4LAB_", "PIP_", "JUPYTER"))

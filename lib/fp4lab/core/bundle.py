@@ -93,6 +93,8 @@ def build(out: Path, python_versions: tuple[str, ...], include: set[str]) -> int
     pins = sorted({_pin(p.name) for p in wheels.glob("*.whl")})
     kept = [pin for pin in pins if pin.split("==")[0] not in provided]
     (out / "requirements.txt").write_text("\n".join(kept) + "\n")
+    expected = sorted(PROVIDED - include - {"torch", "triton", "flashinfer-python"})
+    (out / "expects.txt").write_text("\n".join(expected) + "\n")  # run.sh checks them first
     shutil.copy2(_root() / "scripts" / "gpu_bundle_run.sh", out / "run.sh")
     (out / "run.sh").chmod(0o755)
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
