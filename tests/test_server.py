@@ -210,6 +210,12 @@ def test_a_model_folder_without_config_or_tokenizer_is_refused_before_launch(fak
         config.ServerConfig(str(folder), python=fake_python).check()
     (folder / "tokenizer.json").write_text("{}")
     config.ServerConfig(str(folder), python=fake_python).check()
+    for missing in (str(tmp_path / "no-such-model"), "./gone", "~/gone", "a/b/c"):
+        with pytest.raises(
+            ValueError, match=rf"model_path='{missing}' is not a folder here; allowed"
+        ):
+            config.ServerConfig(missing, python=fake_python).check()
+    config.ServerConfig("zai-org/GLM-5", python=fake_python).check()  # a hub id: not checked here
     assert not log.exists(), "nothing may start before the checks pass"
     with pytest.raises(ValueError, match="python is empty; allowed values: an SGLang environment"):
         config.ServerConfig("m").check()

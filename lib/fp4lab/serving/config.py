@@ -43,9 +43,17 @@ def check_extra_args(name: str, args: Sequence[str]) -> None:
 
 
 def check_model_dir(model_path: str) -> None:
-    """A local model folder must hold config.json and a tokenizer (a hub id is not checked here)."""
-    folder = Path(model_path)
+    """A local model folder must exist and hold config.json and a tokenizer; anything written as
+    a path (absolute, relative, ``~``, or with more than one ``/``) must be such a folder; a
+    Hugging Face id (``org/name``) is not checked here."""
+    folder = Path(model_path).expanduser()
+    looks_like_a_path = model_path.startswith(("/", ".", "~")) or model_path.count("/") > 1
     if not folder.is_dir():
+        if looks_like_a_path:
+            raise ValueError(
+                f"model_path={model_path!r} is not a folder here; allowed values: a model folder "
+                "with config.json and a tokenizer, or a Hugging Face id such as org/name"
+            )
         return
     missing = [] if (folder / "config.json").is_file() else ["config.json"]
     if not any((folder / f).is_file() for f in TOKENIZER_FILES):
