@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -10,7 +11,7 @@ import fp4lab
 
 fp4lab.setup()  # caches into build/ before torch is imported by any test module
 
-from fp4lab.core import catalog, records, runner  # noqa: E402
+from fp4lab.core import catalog, paths, records, runner  # noqa: E402
 
 
 @pytest.fixture
@@ -43,3 +44,49 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if "gpu" in item.keywords:
             item.add_marker(skip)
+
+
+RELIABILITY: list[dict] = []
+"""Rows of the reliability table: one per bad input tried and per kill survived."""
+
+
+@pytest.fixture
+def reliability():
+    """Add a row to the reliability table ``make test`` prints at its end (and keeps in
+    build/test/reliability.json): ``case``, ``kind`` (bad input, kill), ``clear_error``,
+    ``traceback``, ``orphans``, ``seconds``."""
+    return RELIABILITY.append
+
+
+def invalid_record_lines() -> int:
+    """Lines of the committed data/ that are not one JSON record each."""
+    bad = 0
+    for path in paths.COMMITTED_DATA.rglob("*.jsonl"):
+        for line in path.read_text().splitlines():
+            try:
+                bad += not isinstance(json.loads(line), dict)
+            except json.JSONDecodeError:
+                bad += 1
+    return bad
+
+
+def pytest_terminal_summary(terminalreporter: pytest.TerminalReporter) -> None:
+    if not RELIABILITY:
+        return
+    bad = [r for r in RELIABILITY if r["kind"] == "bad input"]
+    kills = [r for r in RELIABILITY if r["kind"] == "kill"]
+    table = {
+        "bad inputs tried": len(bad),
+        "named errors (no traceback)": sum(r["clear_error"] and not r["traceback"] for r in bad),
+        "slowest named error (s)": round(max((r["seconds"] for r in bad), default=0.0), 1),
+        "kills tried": len(kills),
+        "kills survived (nothing left)": sum(r["orphans"] == 0 for r in kills),
+        "orphans": sum(r["orphans"] for r in kills),
+        "invalid lines in data/": invalid_record_lines(),
+    }
+    terminalreporter.section("reliability")
+    for name, value in table.items():
+        terminalreporter.write_line(f"{name:32} {value}")
+    out = paths.build_dir() / "test" / "reliability.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({"table": table, "rows": RELIABILITY}, indent=1))

@@ -37,7 +37,12 @@ def _wait_for(path, within_s: float = 120.0) -> str:
     raise AssertionError(f"{path.name} never appeared")
 
 
-def test_a_frozen_descendant_in_its_own_session_is_killed_at_the_timeout(tmp_path):
+def _kill_row(case: str, left: list[int]) -> dict:
+    return {"case": case, "kind": "kill", "clear_error": True, "traceback": False,
+            "orphans": len(left), "seconds": 0.0}  # fmt: skip
+
+
+def test_a_frozen_descendant_in_its_own_session_is_killed_at_the_timeout(tmp_path, reliability):
     """As torchrun does with its ranks: a grandchild in a new session, here frozen by SIGSTOP."""
     pid_file = tmp_path / "rank.pid"
     driver = textwrap.dedent(f"""
@@ -50,11 +55,13 @@ def test_a_frozen_descendant_in_its_own_session_is_killed_at_the_timeout(tmp_pat
     """)
     finished = process.run([sys.executable, "-c", driver], tmp_path / "driver.log", timeout_s=5)
     rank = int(pid_file.read_text())
+    left = _gone([rank], within_s=1)
+    reliability(_kill_row("a frozen rank in its own session, at the driver's timeout", left))
     assert finished.timed_out
-    assert _gone([rank], within_s=1) == [], "stopped with its driver, although frozen and elsewhere"
+    assert left == [], "stopped with its driver, although frozen and elsewhere"
 
 
-def test_children_die_with_a_harness_killed_by_sigkill(tmp_path):
+def test_children_die_with_a_harness_killed_by_sigkill(tmp_path, reliability):
     pid_file = tmp_path / "server.pid"
     harness = textwrap.dedent(f"""
         import sys, time
@@ -68,7 +75,9 @@ def test_children_die_with_a_harness_killed_by_sigkill(tmp_path):
     server = int(_wait_for(pid_file))
     proc.kill()
     proc.wait()
-    assert _gone([server]) == [], "the server outlived its harness"
+    left = _gone([server])
+    reliability(_kill_row("SIGKILL to a server's harness", left))
+    assert left == [], "the server outlived its harness"
 
 
 def _notebook(folder, name: str, source: str) -> None:
@@ -82,7 +91,9 @@ def _notebook(folder, name: str, source: str) -> None:
 
 
 @pytest.mark.notebook
-def test_the_runner_and_its_kernel_stop_when_make_is_killed(tmp_path, isolated_outputs):
+def test_the_runner_and_its_kernel_stop_when_make_is_killed(
+    tmp_path, isolated_outputs, reliability
+):
     """`make` killed by SIGKILL (a closed terminal, a CI system): the runner it exec'd stops,
     records the notebook as interrupted, and the kernel and the kernel's child go with it."""
     folder = tmp_path / "notebooks"
@@ -110,7 +121,37 @@ def test_the_runner_and_its_kernel_stop_when_make_is_killed(tmp_path, isolated_o
     [runner_pid] = [p for p in process.descendants(make.pid) if p not in (kernel, child)][:1]
     make.kill()
     make.wait()
-    assert _gone([runner_pid, kernel, child]) == [], "nothing outlives make"
+    left = _gone([runner_pid, kernel, child])
+    reliability(_kill_row("SIGKILL to make during a notebook", left))
+    assert left == [], "nothing outlives make"
     [row] = [r["values"] for r in records.read("reproduce")]
     assert (row["notebook"], row["status"]) == ("01_long", "interrupted")
     assert row["reason"] == "01_long: stopped by SIGTERM"
+
+
+def test_torchrun_and_its_ranks_die_with_a_harness_killed_by_sigkill(tmp_path, reliability):
+    """torchrun puts each rank in a session of its own: a SIGKILL of the harness (a notebook's
+    kernel) still takes torchrun and both ranks with it."""
+    rank = tmp_path / "rank.py"
+    rank.write_text(
+        textwrap.dedent(f"""
+        import os, time
+        from fp4lab.comm import ranks
+        env, _ = ranks.init("gloo")
+        open({str(tmp_path)!r} + f"/rank{{env.rank}}.pid", "w").write(str(os.getpid()))
+        time.sleep(600)
+    """)
+    )
+    harness = textwrap.dedent(f"""
+        from fp4lab.comm import torchrun
+        torchrun.run_ranks([{str(rank)!r}], [], 2, 600, {str(tmp_path / "torchrun.log")!r})
+    """)
+    proc = subprocess.Popen([sys.executable, "-c", harness], start_new_session=True)
+    ranks = [int(_wait_for(tmp_path / f"rank{r}.pid")) for r in (0, 1)]
+    tree = process.descendants(proc.pid)
+    assert set(ranks) <= set(tree), "the ranks run under the harness's torchrun"
+    proc.kill()
+    proc.wait()
+    left = _gone(tree)
+    reliability(_kill_row("SIGKILL to the harness of torchrun and 2 ranks", left))
+    assert left == [], "torchrun or a rank outlived the harness"
