@@ -15,7 +15,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fp4lab.core import records
+from fp4lab.core import process, records
 from fp4lab.serving import bench, client
 from fp4lab.serving.config import ServerConfig
 from fp4lab.serving.server import Server, free_port, launch
@@ -45,27 +45,6 @@ def tiny_model(folder: Path) -> Path:
     if not (model / "config.json").exists():
         make_tiny_model(model)
     return model
-
-
-def descendants(pid: int) -> list[int]:
-    """Every live process below ``pid`` (children, grandchildren, ...), from /proc."""
-    children: dict[int, list[int]] = {}
-    for entry in Path("/proc").iterdir():
-        if not entry.name.isdigit():
-            continue
-        try:
-            stat = (entry / "stat").read_text()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2 :].split()
-        if fields[0] not in ("Z", "X"):
-            children.setdefault(int(fields[1]), []).append(int(entry.name))
-    found, todo = [], [pid]
-    while todo:
-        for child in children.get(todo.pop(), []):
-            found.append(child)
-            todo.append(child)
-    return sorted(found)
 
 
 @contextlib.contextmanager
@@ -142,7 +121,7 @@ def smoke(
     folder = Path(folder)
     with serve_tiny_on_cpu(folder, version=version) as running:
         server = running.server
-        pids = [server.pid, *descendants(server.pid)]
+        pids = [server.pid, *process.descendants(server.pid)]
         requests = [
             client.generate(server, "The quick brown fox", max_new_tokens=output_len),
             client.complete(server, "Piecewise CUDA graphs", max_tokens=output_len),
