@@ -21,13 +21,18 @@ NOT_AUDITED = ("no input spec", "unknown entry point", "error")
 
 def check_entry_points(names: list[str] | str) -> list[str]:
     """Entry point names (empty: every one each version has); an error naming ``entry_points``
-    for anything that is not a list of identifiers."""
+    for anything that is not a list of FP4 entry points of the installed FlashInfer (before any
+    environment is built; a name only older releases have is audited with the command's
+    ``--versions``)."""
     if names in ("", [], ()):
         return []
     names = params.items("entry_points", names)
-    bad = [n for n in names if not n.isidentifier()]
-    if bad:
-        raise ValueError(f"entry_points contains {bad[0]!r}: give function names (or [] for all)")
+    from fp4lab.compile import target
+    from fp4lab.compile.audit import surface
+
+    _, missing = surface.find(target.flashinfer, names)
+    if missing:
+        raise ValueError(f"entry_points contains {missing[0]['reason']}")
     return names
 
 
