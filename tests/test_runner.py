@@ -9,6 +9,7 @@ import sys
 import time
 
 import nbformat
+import pytest
 
 from fp4lab.core import records, runner
 
@@ -72,3 +73,15 @@ def test_a_second_run_in_the_same_checkout_waits_for_the_first_and_says_so(
         assert second.poll() is None, "it waits while the first run holds the lock"
     assert second.wait(timeout=120) == 0
     assert "[1/1] 01_quick" in second.stdout.read()
+
+
+def test_a_parameter_the_notebook_does_not_declare_is_refused_before_its_kernel_starts(
+    tmp_path, isolated_outputs
+):
+    folder = tmp_path / "notebooks"
+    folder.mkdir()
+    _notebook(folder, "01_one", "print(x)")
+    (nb,) = runner.notebooks(folder)
+    with pytest.raises(ValueError, match=r"^01_one has no parameter tokenz; allowed values: x$"):
+        runner.execute(nb, tmp_path / "executed", {"tokenz": 3})
+    assert not (tmp_path / "executed").exists()

@@ -64,8 +64,17 @@ def execute(
     nb: Notebook, out_dir: Path, parameters: dict | None = None, log_output: bool = False
 ) -> Path:
     """Run one notebook through papermill into ``out_dir`` (each cell stopped after the
-    notebook's ``cell_timeout_s``); raises NotebookFailed naming the notebook and the cell."""
+    notebook's ``cell_timeout_s``); raises NotebookFailed naming the notebook and the cell, and
+    ValueError, before the kernel starts, for a parameter the notebook does not declare."""
     import papermill
+
+    declared = declared_parameters(nb) if parameters else set()
+    unknown = sorted(set(parameters or {}) - declared)
+    if unknown:
+        raise ValueError(
+            f"{nb.name} has no parameter {', '.join(unknown)}; allowed values: "
+            f"{', '.join(sorted(declared))}"
+        )
 
     out_dir.mkdir(parents=True, exist_ok=True)
     executed = out_dir / nb.path.name
