@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import nbformat
 import pytest
 from nbformat.v4 import new_code_cell, new_notebook
 
-from fp4lab.core import catalog, probe, records, runner
+from fp4lab.core import catalog, paths, probe, records, runner
 
 
 def test_select_by_name_or_number():
@@ -114,3 +116,17 @@ def test_parameters_are_parsed_and_checked_before_running():
         match=r"--param nope: no selected notebook has such a parameter; allowed values: .*versions",
     ):
         runner.reproduce("09", parameters={"nope": 1})
+
+
+def test_each_notebooks_declared_duration_covers_its_last_committed_run():
+    """No drift: the seconds the last `make reproduce` took stay within each notebook's cell
+    timeout (three times its declared duration)."""
+    path = paths.COMMITTED_DATA / "reproduce.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    last = {r["values"]["notebook"]: r["values"] for r in rows if r["values"]["status"] == "ran"}
+    checked = 0
+    for nb in catalog.notebooks():
+        if nb.name in last:
+            assert last[nb.name]["seconds"] <= nb.cell_timeout_s, (nb.name, last[nb.name])
+            checked += 1
+    assert checked == len(catalog.notebooks())
