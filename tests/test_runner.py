@@ -44,7 +44,13 @@ def test_a_hung_cell_stops_at_its_timeout_and_the_run_goes_on(
     executed = tmp_path / "build" / "executed"
     assert sorted(p.name for p in executed.iterdir()) == ["01_hangs.ipynb", "02_runs.ipynb"]
     html = tmp_path / "build" / "html"
-    assert sorted(p.name for p in html.iterdir()) == ["02_runs.html"], "no partial file is left"
+    assert sorted(p.name for p in html.iterdir()) == ["02_runs.html", "index.html"], (
+        "no partial file is left"
+    )
+    index = (html / "index.html").read_text()
+    assert '<td><a href="02_runs.html">02_runs</a></td><td>02_runs</td><td>ran</td>' in index
+    assert "<td>01_hangs</td><td>01_hangs</td><td>failed</td>" in index, "listed, not linked"
+    assert "timed out after 5 s (its cell_timeout_s)" in index
 
 
 def test_a_second_run_in_the_same_checkout_waits_for_the_first_and_says_so(

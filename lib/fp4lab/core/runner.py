@@ -1,7 +1,8 @@
 """Running the notebooks this machine can run, in order, through papermill.
 
 ``reproduce`` executes every selected notebook whose needs the machine meets, writes the
-executed copy and an HTML export with code hidden to build/, records every notebook's status
+executed copy and an HTML export with code hidden to build/ (with ``index.html`` linking them all,
+each with its status and time), records every notebook's status
 (ran, failed, skipped and why) in data/reproduce.jsonl, and exits non-zero at the end if any
 runnable notebook failed. It prints each notebook's start, each cell as it runs (with what the
 cell prints) and the notebook's time; a cell that runs past the notebook's ``cell_timeout_s`` is
@@ -26,6 +27,7 @@ import os
 import sys
 import time
 from collections.abc import Iterator
+from html import escape
 from pathlib import Path
 
 import nbformat
@@ -145,6 +147,37 @@ def one_run_at_a_time(lock: Path) -> Iterator[None]:
         yield
 
 
+def write_index(available: list[Notebook], html_dir: Path) -> Path:
+    """``index.html`` beside the reports: every notebook, linked where its HTML was exported,
+    with the status, seconds and time of its newest `make reproduce` record."""
+    newest = {r["values"]["notebook"]: r for r in records.read("reproduce")}
+    rows = []
+    for nb in available:
+        page = html_dir / f"{nb.name}.html"
+        found = newest.get(nb.name)
+        v = found["values"] if found else {}
+        name = escape(nb.name)
+        link = f'<a href="{name}.html">{name}</a>' if page.exists() else name
+        cells = [link, escape(nb.title), escape(v.get("status", "not run")),
+                 str(v.get("seconds", "")), escape(found["provenance"]["time_utc"] if found else ""),
+                 escape(v.get("reason", ""))]  # fmt: skip
+        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
+    head = "".join(f"<th>{h}</th>" for h in
+                   ("notebook", "shows", "status", "seconds", "ran at (UTC)", "reason"))  # fmt: skip
+    body = (
+        "<!doctype html><meta charset='utf-8'><title>fp4lab reports</title>"
+        "<style>table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
+        "text-align:left;vertical-align:top}</style><h1>fp4lab reports</h1>"
+        f"<table><tr>{head}</tr>{''.join(rows)}</table>"
+    )
+    html_dir.mkdir(parents=True, exist_ok=True)
+    index = html_dir / "index.html"
+    partial = html_dir / f".index.{os.getpid()}.partial.html"
+    partial.write_text(body)
+    partial.replace(index)
+    return index
+
+
 def _record(nb: Notebook, status: str, reason: str, started: float) -> None:
     seconds = time.perf_counter() - started
     print(f"    {status.upper()} in {seconds:.1f} s {reason}", flush=True)
@@ -228,6 +261,8 @@ def reproduce(
             _record(nb, "interrupted", f"{nb.name}: stopped by {how}", started)
             raise
         _record(nb, status, reason, started)
+    if html:
+        write_index(notebooks(folder), html_dir)
     if failed:
         print(
             f"{len(failed)} runnable notebook(s) failed: {', '.join(failed)}; executed copies in {executed_dir}",
