@@ -32,6 +32,7 @@ from pathlib import Path
 
 import nbformat
 
+import fp4lab
 from fp4lab.core import paths, process, records
 from fp4lab.core.catalog import (
     KERNEL,
@@ -274,8 +275,7 @@ def reproduce(
 
 
 def main(argv: list[str] | None = None, folder: Path = paths.NOTEBOOKS_DIR) -> int:
-    paths.use_build_caches()
-    process.exit_with_parent()  # `make` killed, even by SIGKILL: SIGTERM here
+    fp4lab.setup()  # caches into build/; `make` killed, even by SIGKILL: SIGTERM here
     logging.basicConfig(format="    %(message)s")  # papermill's cell-by-cell progress
     logging.getLogger("papermill").setLevel(logging.INFO)
     parser = argparse.ArgumentParser(
