@@ -42,8 +42,7 @@ def test_a_figure_carries_its_evidence_in_footer_and_sidecar(isolated_outputs):
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    from fp4lab.core import records
-    from fp4lab.report import figures
+    from fp4lab.core import figures, records
 
     fig, _ = plt.subplots()
     prov = records.provenance()

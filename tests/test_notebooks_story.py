@@ -15,6 +15,7 @@ import torch
 
 from fp4lab.compile import fix, fix_checks, tradeoff
 from fp4lab.core import catalog, paths, records, runner
+from fp4lab.report import decision
 
 pytestmark = pytest.mark.notebook
 SMALL = dict(tokens=16, hidden=64, heads=2, ffn=128)
@@ -190,20 +191,40 @@ def test_10_report_decides_from_the_records(story):
     html = (story / "html" / "10_decision_report.html").read_text()
     fixes = _values("05_custom_op_fix", "fix")
     assert fixes and all(f["signature"] == "ok" and f["graph_count"] == 1 for f in fixes)
-    assert "UNBLOCKED at compile level with a custom op" in html, (
-        "the fix compiles: the report says so"
+    [fixed] = _values("05_custom_op_fix", "summary")
+    assert fixed["verdict"] == "UNBLOCKED" and fixed["number"].endswith("opcheck 4/4")
+    assert (
+        f"With a custom op around the quantize: <strong>UNBLOCKED</strong> ({fixed['number']})"
+        in html
     )
-    assert "SM12.0 simulated; not run on the target GPU" in html, "and at which evidence level"
-    assert "opcheck: 4/4 tests pass" in html, "opcheck quoted from its record"
-    assert "3/3 story crashes reproduced" in html
+    assert "trace, simulated target, reference kernel · cpu, SM12.0 simulated" in html
+    crashes = [_values(name, "summary")[0] for name in ("01_nvcc_subprocess_crash",
+               "02_file_io_trace", "03_compiler_disable_fullgraph")]  # fmt: skip
+    assert [c["verdict"] for c in crashes] == ["BLOCKED"] * 3
+    assert "As the story compiled it: <strong>BLOCKED</strong> (crash 1 of 3 reproduced" in html
+    [tradeoff] = _values("04_fullgraph_false_tradeoff", "summary")
     breaks = next(
         v
         for v in _values("04_fullgraph_false_tradeoff", "variant")
         if v["variant"] == "compiled_with_breaks"
     )
-    assert f"fullgraph=False: {breaks['graph_calls']} graph runs/step for 2 layers" in html, (
-        "the report quotes this run's records"
+    assert tradeoff["verdict"] == "UNMEASURED", "CPU step times are not the cost of a GPU mechanism"
+    assert tradeoff["number"] == (
+        f"fullgraph=False: {breaks['graph_calls']} graph runs per step for 2 layers, vs 1"
     )
+    assert tradeoff["number"] in html, "the report quotes this run's records"
+    for notebook in ("01_nvcc_subprocess_crash", "05_custom_op_fix", "13_sglang_cpu_server"):
+        assert f'<a href="{notebook}.html">' in html
+
+
+WIDTH = 1300
+"""The window the report must fit, in CSS pixels."""
+OVERFLOWING = """() => [...document.querySelectorAll('body *')].filter(e => {
+    const box = e.getBoundingClientRect();
+    return box.right > window.innerWidth + 1 || e.scrollWidth > e.clientWidth + 1 &&
+        ['auto', 'scroll', 'hidden'].includes(getComputedStyle(e).overflowX);
+}).map(e => `${e.tagName}.${e.className}: ${e.scrollWidth} > ${e.clientWidth}`).slice(0, 10)"""
+"""Every element that runs past the window's right edge or scrolls sideways inside its box."""
 
 
 def _chromium() -> str | None:
@@ -235,19 +256,22 @@ def test_10_report_renders_in_headless_chromium(story):
             ],
         )
         try:
-            page = browser.new_page(viewport={"width": 1400, "height": 900})
+            page = browser.new_page(viewport={"width": WIDTH, "height": 900})
             page.goto((story / "html" / "10_decision_report.html").as_uri())
+            first_screen = page.inner_text("body")[:3000]
             page.screenshot(path=str(shot), full_page=True)
+            page_width = page.evaluate("() => document.documentElement.scrollWidth")
+            overflowing = page.evaluate(OVERFLOWING)
             tables = page.evaluate(
                 "() => [...document.querySelectorAll('table')].map(t => t.rows.length)"
-            )
-            images = page.evaluate(
-                "() => [...document.images].map(i => i.complete && i.naturalWidth)"
             )
             text = page.inner_text("body")
         finally:
             browser.close()
-    assert len(tables) >= 4 and all(rows >= 2 for rows in tables), tables
-    assert images and all(width and width > 100 for width in images), images
+    assert page_width <= WIDTH, f"the page is {page_width} px wide at a {WIDTH} px window"
+    assert overflowing == [], f"elements wider than their box or the window: {overflowing}"
+    assert "Was piecewise CUDA graphs really blocked?" in first_screen
+    assert "What the alternatives are worth." in first_screen
+    assert len(tables) >= 3 and tables[0] == 1 + len(decision.QUESTIONS), tables
     assert "Piecewise CUDA graphs" in text and "Single Batch Overlap" in text
     assert shot.stat().st_size > 20_000

@@ -139,13 +139,23 @@ def test_the_recorders_summary_ends_the_run_with_its_evidence(isolated_outputs):
     rec = records.Recorder("nb", {"n": 1})
     rec.add("row", {"evidence": ["trace", "simulated_target"]})
     rec.add("row", {"evidence": ["trace", "reference_kernel"]})
-    summary = rec.summary("two rows", needs="cpu")
+    summary = rec.summary(
+        "two rows", verdict="WORKS", number="2 rows", why="both ran", needs="cpu",
+        provenance={"target": {"sm": "12.0", "simulated": True}},
+    )  # fmt: skip
     assert summary["values"] == {
         "status": "measured",
         "headline": "two rows",
         "evidence": ["trace", "simulated_target", "reference_kernel"],
+        "verdict": "WORKS",
+        "number": "2 rows",
+        "why": "both ran",
         "needs": "cpu",
     }
+    assert (summary["provenance"]["target_sm"], summary["provenance"]["simulated"]) == (
+        "12.0",
+        True,
+    )
     assert [r["kind"] for r in rec.written] == ["row", "row", "summary"]
     assert records.latest("nb") == rec.written
 

@@ -1,4 +1,4 @@
-"""report.gpu: the committed GPU runs quoted at their evidence level; failures and missed goals said."""
+"""report.gpu: the committed GPU runs quoted at their evidence level; failures and slow kernels said."""
 
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_the_committed_h200_run_is_quoted_with_replay_evidence():
     )
     assert "launch overhead" in tradeoff.result and "capture failed" not in tradeoff.result
     kernels = rows["06_nvfp4_kernels"].result
-    assert "equals the reference bit for bit" in kernels and "goal 70%" in kernels
+    assert "equals the reference bit for bit" in kernels and "of device-to-device copy" in kernels
 
 
 def _copy_machine(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
@@ -38,7 +38,7 @@ def _rewrite(path: Path, change) -> None:
     path.write_text("".join(json.dumps(change(r)) + "\n" for r in rows))
 
 
-def test_a_failed_capture_and_a_missed_goal_are_said(tmp_path, monkeypatch):
+def test_a_failed_capture_and_a_slow_kernel_are_said(tmp_path, monkeypatch):
     if not gpu.machines():
         pytest.skip("no GPU run is committed under data/gpu/")
     folder = _copy_machine(tmp_path, monkeypatch)
@@ -57,8 +57,7 @@ def test_a_failed_capture_and_a_missed_goal_are_said(tmp_path, monkeypatch):
     _rewrite(folder / "06_nvfp4_kernels.jsonl", slow)
     rows = {r.notebook: r.result for r in gpu.gpu_table().itertuples()}
     assert "capture failed or skipped: compiled_with_breaks" in rows["04_fullgraph_false_tradeoff"]
-    assert "10% (4096x4096) to 10%" in rows["06_nvfp4_kernels"]
-    assert "NOT met" in rows["06_nvfp4_kernels"]
+    assert "triton_approx_rcp at 10% (4096x4096) to 10%" in rows["06_nvfp4_kernels"]
 
 
 def test_without_gpu_runs_the_readme_says_so(tmp_path, monkeypatch):

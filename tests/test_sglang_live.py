@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from fp4lab.comm.allreduce import mscclpp_api
 from fp4lab.comm.allreduce import params as allreduce_params
 from fp4lab.core import probe, process, records
-from fp4lab.serving import bench, cli, config, live, logs, mscclpp_api, sglang_env
+from fp4lab.serving import bench, cli, config, live, logs, sglang_env
 
 pytestmark = [pytest.mark.serving, pytest.mark.environments]
 FIXTURES = Path(__file__).parent / "fixtures"
@@ -144,7 +145,7 @@ def test_the_log_lines_fp4lab_reads_are_the_ones_sglang_logs(site):
 
 
 def test_mscclpp_is_checked_against_the_installed_api_up_front(env, monkeypatch):
-    api = allreduce_params.mscclpp_api(env.python)
+    api = allreduce_params.read_mscclpp_api(env.python)
     assert api == {
         "importable": True, "world_sizes": [4, 8, 16, 32, 64], "world_sizes_from": "pymscclpp._SUPPORTED_WORLD_SIZES",
         "set_mscclpp": "set_mscclpp", "tp_keyword": False, "topology_helper": "publish_build_topology",
@@ -152,11 +153,37 @@ def test_mscclpp_is_checked_against_the_installed_api_up_front(env, monkeypatch)
     }  # fmt: skip
     gpus = dataclasses.replace(probe.machine(), cuda_available=True, gpu_count=8)
     monkeypatch.setattr(dist, "is_nccl_available", lambda: True)
-    two = allreduce_params.unavailable("mscclpp", 2, gpus, python=env.python)
+    two = allreduce_params.unavailable("mscclpp", 2, gpus, sglang_python=lambda: env.python)
     assert two == "SGLang's MSCCL++ communicator supports world sizes 4, 8, 16, 32, 64, not 2"
-    four = allreduce_params.unavailable("mscclpp", 4, gpus, python=env.python)
+    four = allreduce_params.unavailable("mscclpp", 4, gpus, sglang_python=lambda: env.python)
     assert four == mscclpp_api.MSCCLPP_NOT_ON_REGISTRY and "not on the package registry" in four
     # an interpreter without SGLang: a reason, never an exception (notebook 07 skips, not crashes)
-    assert allreduce_params.unavailable("mscclpp", 4, gpus, python=sys.executable).startswith(
+    assert allreduce_params.unavailable("mscclpp", 4, gpus).startswith(
         "sglang's MSCCL++ communicator cannot be imported here"
     )
+
+    def unbuildable() -> str:
+        raise RuntimeError("the SGLang 0.0 environment could not be built: no such release")
+
+    assert allreduce_params.unavailable("mscclpp", 4, gpus, sglang_python=unbuildable) == (
+        "no SGLang interpreter for MSCCL++: the SGLang 0.0 environment could not be built: "
+        "no such release"
+    )
+
+
+@pytest.mark.notebook
+def test_13_serves_on_this_cpu_and_records_a_serving_verdict(env, run_notebook):
+    rows, executed = run_notebook("13_sglang_cpu_server", num_prompts=4, input_len=16, output_len=8)
+    by_kind: dict[str, list[dict]] = {}
+    for r in rows:
+        by_kind.setdefault(r["kind"], []).append(r["values"])
+    [serving] = by_kind["bench_serving"]
+    assert serving["completed"] == 4 and serving["median_ttft_ms"] > 0
+    assert serving["evidence"] == ["serving"] and serving["sglang_version"] == env.version
+    assert by_kind["bench_one_batch"][0]["latency"] > 0
+    assert all(r["text"] and r["completion_tokens"] == 8 for r in by_kind["request"])
+    [summary] = by_kind["summary"]
+    assert (summary["verdict"], summary["evidence"]) == ("WORKS", ["serving"])
+    assert summary["number"].startswith(f"{serving['output_throughput']:.1f} output tok/s")
+    assert "processes left behind: 0" in summary["headline"]
+    assert "bench_serving" in executed.read_text()

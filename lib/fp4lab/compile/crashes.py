@@ -81,6 +81,10 @@ def nvcc_verdict(run: Story, outcome: trace.TraceOutcome, with_home: trace.Trace
         f"reproduced: {outcome.exception}: {outcome.message!r} at {outcome.blocker_frame}, "
         f"in {outcome.seconds:.1f} s\n"
         f"with CUDA_HOME: blocked at {with_home.blocker_frame}: {with_home.blocker_frame.source}",
+        verdict="BLOCKED",
+        number=f"crash 1 of 3 reproduced in {outcome.seconds:.1f} s",
+        why="dynamo cannot trace the subprocess FlashInfer's JIT runs to find nvcc, with or "
+        "without CUDA_HOME",
         needs="cpu",
     )["values"]["headline"]
 
@@ -129,6 +133,10 @@ def file_io_verdict(run: Story, rows: list[dict]) -> str:
         f"{', '.join(s['stage'] for s in applied if s['story_patch']) or 'none'}; "
         f"reached only with these too: {', '.join(others) or 'none'}; "
         f"total trace time {seconds:.1f} s",
+        verdict="BLOCKED",
+        number=f"crash 2 of 3 reached after {len(applied)} patches, {seconds:.1f} s of tracing",
+        why="once nvcc is patched away, dynamo cannot trace the file I/O of FlashInfer's JIT "
+        "module lookup",
         needs="cpu",
     )["values"]["headline"]
 
@@ -194,5 +202,9 @@ def compiler_disable_verdict(
         f"hint: {hint}\n"
         f"without FlashInfer (a plain function, {plain.blocker_frame}): {plain.message!r}; "
         "the rejection does not depend on FlashInfer",
+        verdict="BLOCKED",
+        number=f"crash 3 of 3 reproduced in {outcome.seconds:.2f} s",
+        why="fullgraph=True refuses any torch.compiler.disable'd call, FlashInfer or not: the "
+        "story's third workaround could never work",
         needs="cpu",
     )["values"]["headline"]

@@ -5,8 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from fp4lab.compile.matrix.result import VersionResult
-from fp4lab.core import evidence, records
-from fp4lab.report import figures
+from fp4lab.core import evidence, figures, records
 
 
 def plot_tradeoff(rows: list[dict]) -> object:

@@ -16,15 +16,10 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from fp4lab.core import glm5, params
 from fp4lab.fp4 import nvfp4
 
 Quantize = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
-
-GLM5_HIDDEN, GLM5_HEADS, GLM5_DENSE_FFN, GLM5_LAYERS = 6144, 64, 12288, 78
-"""GLM-5 (GlmMoeDsaForCausalLM): hidden size, attention heads, dense FFN width, layers."""
-
-SCALES = (1, 2, 4, 8, 16, 32, 64)
-"""Allowed divisors of GLM-5's widths (each keeps hidden and FFN multiples of 16)."""
 
 
 @dataclass(frozen=True)
@@ -35,12 +30,9 @@ class LayerShape:
 
     @classmethod
     def glm5(cls, scale: int) -> LayerShape:
-        """GLM-5's dense-layer widths divided by ``scale`` (one of SCALES)."""
-        if scale not in SCALES:
-            raise ValueError(
-                f"scale={scale!r} is not allowed; allowed values: {', '.join(map(str, SCALES))}"
-            )
-        return cls(GLM5_HIDDEN // scale, max(1, GLM5_HEADS // scale), GLM5_DENSE_FFN // scale)
+        """GLM-5's dense-layer widths divided by ``scale`` (one of ``glm5.SCALES``)."""
+        params.choice("scale", scale, glm5.SCALES)
+        return cls(glm5.HIDDEN // scale, max(1, glm5.HEADS // scale), glm5.DENSE_FFN // scale)
 
 
 class RMSNorm(nn.Module):

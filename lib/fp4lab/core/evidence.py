@@ -18,6 +18,28 @@ LEVELS = {
 """Each level and what it means, from the weakest claim to the strongest."""
 
 
+VERDICTS = {
+    "BLOCKED": "cannot be used the way the story tried it",
+    "PARTLY BLOCKED": "some of it can be used; the number says how much",
+    "UNBLOCKED": "can be used, in the way the why says",
+    "WORKS": "ran and gave correct results",
+    "MEASURED": "measured here; the number is the result",
+    "NOT APPLICABLE": "no release or machine offers a way to use it",
+    "UNMEASURED": "not measured on the machines that ran it; the why says what it needs",
+    "FAILED": "a check failed; the number says which",
+}
+"""The words a decision may use, each with what it claims; its evidence levels say how it was obtained."""
+
+
+def check_verdict(verdict: str) -> str:
+    """``verdict`` when it is one of VERDICTS; ValueError naming the allowed values otherwise."""
+    if verdict not in VERDICTS:
+        raise ValueError(
+            f"verdict={verdict!r} is not allowed; allowed values: {', '.join(VERDICTS)}"
+        )
+    return verdict
+
+
 def check(levels: list[str]) -> list[str]:
     """The levels in vocabulary order; an unknown one is an error naming the allowed values."""
     unknown = [level for level in levels if level not in LEVELS]

@@ -214,14 +214,28 @@ class Recorder:
         self.written.append(record)
         return record
 
-    def summary(self, headline: str, **values: object) -> dict:
+    def summary(
+        self,
+        headline: str,
+        *,
+        verdict: str,
+        number: str,
+        why: str,
+        provenance: dict | None = None,
+        **values: object,
+    ) -> dict:
         """The run's last record, which marks it finished (``latest``): ``status`` "measured", the
-        headline, and the evidence levels of the records this run wrote (unless given)."""
+        headline, the decision (``verdict``, one of ``evidence.VERDICTS``; the one ``number``
+        that decides it; ``why``, one sentence) and the evidence levels of the records this run
+        wrote (unless given); ``provenance`` overrides as in ``add``."""
         levels = values.pop("evidence", None) or evidence.of_values(
             [r["values"] for r in self.written]
         )
+        decision = {"verdict": evidence.check_verdict(verdict), "number": number, "why": why}
         return self.add(
-            "summary", {"status": "measured", "headline": headline, "evidence": levels, **values}
+            "summary",
+            {"status": "measured", "headline": headline, "evidence": levels, **decision, **values},
+            **(provenance or {}),
         )
 
     def add_all(self, kind: str, rows: list[dict]) -> list[dict]:

@@ -13,7 +13,7 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 
-from fp4lab.core import evidence, params, records
+from fp4lab.core import evidence, figures, params, records
 from fp4lab.fp4 import (
     accuracy,
     crosscheck,
@@ -27,7 +27,6 @@ from fp4lab.fp4 import (
 )
 from fp4lab.fp4 import gpu_checks as gpu
 from fp4lab.fp4 import verdict as verdict_checks
-from fp4lab.report import figures
 
 NOTEBOOK = "06_nvfp4_kernels"
 REFERENCE = {"kernel": "reference", "evidence": evidence.check(["reference_kernel"])}
@@ -222,5 +221,5 @@ def quantize_throughput(run: Run) -> pd.DataFrame:
 def verdict(run: Run) -> str:
     """Record the run's summary for the decision report, then check the run's records
     (``fp4lab.fp4.verdict``); returns the lines to print."""
-    run.recorder.add("summary", summary.summarize(run.recorder.written))
+    run.recorder.summary(**summary.summarize(run.recorder.written))
     return verdict_checks.check_records(run.recorder.written, run.device)

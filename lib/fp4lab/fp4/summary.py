@@ -66,9 +66,19 @@ def summarize(rows: list[dict]) -> dict | None:
     skipped = [s["check"] for s in by_kind["skipped"]]
     status = f"FAILED: {', '.join(failed)} raised" if failed else "measured"
     levels = {level for r in rows for level in r["values"].get("evidence", [])}
+    speed = _best_speed(speeds, "public", "public quantize ({ran})", with_device=True)
+    number = f"{unexplained} unexplained differences vs {peers} independent peers" + (
+        speed or "; GPU speed not measured"
+    )
+    why = "fp4lab's spec-exact NVFP4 reference was cross-checked against independent peers" + (
+        f"; not run here: {', '.join(skipped)}" if skipped else ""
+    )
     return {
         "status": status + (f"; not run here: {', '.join(skipped)}" if skipped else ""),
         "headline": headline,
+        "verdict": "FAILED" if failed or unexplained else "WORKS",
+        "number": f"{', '.join(failed)} raised" if failed else number,
+        "why": why,
         "needs": NEEDS,
         "evidence": evidence.check(sorted(levels)),
     }

@@ -1,202 +1,144 @@
-"""The decision table: the story's todo list re-decided from the records in data/.
+"""The decision: the story's todo list, and what fp4lab added to it, re-decided from the records
+in data/.
 
-Nothing here runs an experiment; every number shown comes from a record."""
+Each notebook's summary record carries its decision (``verdict``, the one ``number`` that
+decides it, ``why``) and the evidence levels its run reached; this module lays them side by side
+and reads nothing but records. Nothing here runs an experiment.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import pandas as pd
+from pandas.io.formats.style import Styler
 
-from fp4lab.core import evidence, paths, records
-from fp4lab.report.figures import provenance_line
-from fp4lab.report.story import of_kind, story_table
+from fp4lab.core import paths, records
+from fp4lab.core.figures import provenance_line
+from fp4lab.report import view
+from fp4lab.report.story import STORY_STEPS, of_kind
 
-ALTERNATIVES = (
-    (
-        "FP4 quantize kernels",
-        "06_nvfp4_kernels",
-        "not in the story's list; the kernels every FP4 layer runs",
+
+@dataclass(frozen=True)
+class Question:
+    """One line of the decision: the optimization, what the story said, the notebooks that decide it."""
+
+    optimization: str
+    story_said: str
+    notebooks: tuple[str, ...]
+
+
+CRASHES = tuple(notebook for _, notebook, _ in STORY_STEPS)
+QUESTIONS = (
+    Question("Piecewise CUDA graphs, as the story compiled them", "BLOCKED", CRASHES),
+    Question("Piecewise CUDA graphs with a custom op", "rejected, untried", ("05_custom_op_fix",)),
+    Question(
+        "Piecewise CUDA graphs in FlashInfer releases", "not examined", ("09_version_matrix",)
     ),
-    ("MSCCLPP allreduce", "07_mscclpp_allreduce", "Tier 1, tested next"),
-    ("Single Batch Overlap", "08_single_batch_overlap", "Tier 1, tested next"),
-    (
-        "FlashInfer FP4 API under fullgraph=True",
-        "12_fp4_api_audit",
-        "not in the story's list; every FP4 call a piecewise runner meets",
+    Question(
+        "Piecewise CUDA graphs in SGLang releases", "not examined", ("11_sglang_piecewise_replay",)
     ),
+    Question("fullgraph=False instead", "assumed worthless", ("04_fullgraph_false_tradeoff",)),
+    Question("MSCCLPP allreduce", "next, Tier 1", ("07_mscclpp_allreduce",)),
+    Question("Single Batch Overlap", "next, Tier 1", ("08_single_batch_overlap",)),
+    Question("FP4 quantize kernels", "not examined", ("06_nvfp4_kernels",)),
+    Question("FlashInfer's FP4 API under fullgraph=True", "not examined", ("12_fp4_api_audit",)),
+    Question("A live SGLang server (the harness)", "4-minute restarts", ("13_sglang_cpu_server",)),
 )
+"""The story's list first, then what fp4lab added, each with the notebooks whose summaries decide it."""
 
 
 def _reproduce_status() -> dict[str, dict]:
     return {r["values"]["notebook"]: r["values"] for r in records.latest("reproduce")}
 
 
+def _summary(notebook: str) -> dict | None:
+    found = of_kind(records.latest(notebook), "summary")
+    return found[-1] if found else None
+
+
 def _not_run(notebook: str, status: dict[str, dict]) -> str:
     s = status.get(notebook)
     if s is None:
-        return "not run: no record"
-    return (
-        f"not run here: {s['reason']}"
-        if s["status"] == "skipped"
-        else f"{s['status']}: {s['reason']}"
-    )
+        return f"{notebook} has no records: run make reproduce"
+    return f"{notebook} {s['status']}: {s['reason']}"
 
 
-def _fix_state(fixes: list[dict], variants: dict[str, dict], status: dict[str, dict]) -> str:
-    """The piecewise-CUDA-graph status, at the evidence level its records reached."""
-    if not fixes:
-        return "UNDECIDED: " + _not_run("05_custom_op_fix", status)
-    if not all(f["values"]["signature"] == "ok" and f["values"]["graph_count"] == 1 for f in fixes):
-        return "BLOCKED: the custom-op fix did not compile (see notebook 05)"
-    levels = sorted(
-        {lv for r in fixes + list(variants.values()) for lv in r["values"].get("evidence") or []}
-    )
-    prov = fixes[0]["provenance"]
-    how = evidence.describe(levels, prov["device"], prov["target_sm"], prov["simulated"])
-    replayed = "cuda_graph_replay" in levels and "real_fp4_kernel" in levels
-    level = "in a CUDA graph with the real FP4 kernel" if replayed else "at compile level"
-    return f"UNBLOCKED {level} with a custom op: fullgraph=True, 1 graph, 0 breaks ({how})"
-
-
-def _story_evidence() -> str:
-    story = story_table()
-    reproduced = (story["reproduced"] == "yes").sum() if "reproduced" in story else 0
-    text = f"{reproduced}/3 story crashes reproduced at trace time (notebooks 01-03)"
-    verdict = of_kind(records.latest("02_file_io_trace"), "verdict")
-    others = verdict[-1]["values"].get("other_patches") if verdict else None
-    if others:
-        text += f"; the file-I/O crash was reached only after {', '.join(others)} (not the story's)"
-    disable = of_kind(records.latest("03_compiler_disable_fullgraph"), "attempt")
-    if disable and disable[-1]["values"].get("depends_on_flashinfer") is False:
-        text += (
-            "; the compiler.disable rejection needs no FlashInfer (a plain function fails alike)"
-        )
-    return text
-
-
-def _opcheck_evidence() -> str:
-    rows = of_kind(records.latest("05_custom_op_fix"), "opcheck")
-    if not rows:
-        return "opcheck: no record"
-    v = rows[-1]["values"]
-    run, failed = v.get("tests_run") or [], v.get("failed") or []
-    return f"opcheck: {len(run) - len(failed)}/{len(run)} tests pass" + (
-        f" (failed: {', '.join(failed)})" if failed else ""
-    )
-
-
-def _sglang_state() -> str | None:
-    """Notebook 11's decision per SGLang release and SM, or None without its records."""
-    rows = of_kind(records.latest("11_sglang_piecewise_replay"), "summary")
-    if not rows:
-        return None
-    v = rows[-1]["values"]
-    text = (
-        "per SGLang release x SM (notebook 11, SGLang's own install_torch_compiled; trace on "
-        "CPU, SM simulated): " + " | ".join(v.get("by_version") or [])
-    )
-    if v.get("sm120_specific_0_5_9"):
-        text += (
-            "; in 0.5.9 only SM120 took flashinfer.fp4_quantize directly: the story's crash "
-            "path was SM120-specific"
-        )
-    return text
-
-
-def _pcg_row(status: dict[str, dict]) -> dict:
-    fixes = of_kind(records.latest("05_custom_op_fix"), "fix")
-    upstream = of_kind(records.latest("05_custom_op_fix"), "upstream_op")
-    variants = {
-        r["values"]["variant"]: r
-        for r in of_kind(records.latest("04_fullgraph_false_tradeoff"), "variant")
-    }
-    state = _fix_state(fixes, variants, status)
-    notes = [_story_evidence(), _opcheck_evidence()]
-    sglang = _sglang_state()
-    if sglang:  # SGLang's own answer is the status; fp4lab's custom-op result becomes evidence
-        notes.insert(0, state)
-        state = sglang
-    if fixes:
-        f = fixes[0]["values"]
-        same = " (both sides ran the same kernel)" if f.get("compared_with_itself") else ""
-        notes.append(f"the op ran {f.get('kernel', 'an unrecorded kernel')}{same}")
-    if upstream:
-        u = upstream[0]["values"]
-        fi = upstream[0]["provenance"]["packages"].get("flashinfer-python")
-        notes.append(
-            f"torch.ops.flashinfer.fp4_quantize in flashinfer {fi}: {u['signature']}, "
-            f"{u.get('graph_count')} graph"
-            + (", compared with itself on this machine" if u.get("compared_with_itself") else "")
-            if u.get("present")
-            else f"flashinfer {fi} ships no torch.ops.flashinfer.fp4_quantize"
-        )
-    matrix = of_kind(records.latest("09_version_matrix"), "summary")
-    if matrix:
-        ranges = matrix[-1]["values"].get("verdict_ranges") or {}
-        notes.append(
-            "version matrix: "
-            + "; ".join(f"{verdict}: {', '.join(vs)}" for verdict, vs in ranges.items() if vs)
-        )
-    evidence_text = "; ".join(notes)
-    if len(variants) == 3:
-        eager, breaks, fixed = (
-            variants[k]["values"]
-            for k in ("eager", "compiled_with_breaks", "compiled_fullgraph_custom_op")
-        )
-        device = variants["eager"]["provenance"]["device"]
-        measured = (
-            f"fullgraph=False: {breaks['graph_calls']} graph runs/step for {breaks['layers']} "
-            f"layers vs 1 with the fix; step time on {device}: fix {fixed['step_median_ms']:.2f} ms, "
-            f"with breaks {breaks['step_median_ms']:.2f} ms, eager {eager['step_median_ms']:.2f} ms"
-        )
-        graphs = fixed.get("cuda_graph_capture", "")
-        measured += (
-            ""
-            if str(graphs).startswith("ok")
-            else f"; CUDA graph replay: {graphs or 'not measured'}"
-        )
-    else:
-        measured = _not_run("04_fullgraph_false_tradeoff", status)
-    return {
-        "optimization": "Piecewise CUDA graphs (torch.compile fullgraph=True)",
-        "story said": "BLOCKED (torch.compile incompatible with FP4 JIT)",
-        "status here": state,
-        "evidence": evidence_text,
-        "measured effect": measured,
-        "needs": "cpu for the crashes and the fix; an SM100+ GPU for CUDA-graph replay timings",
-    }
-
-
-def _alternative_row(name: str, notebook: str, story: str, status: dict[str, dict]) -> dict:
+def evidence_text(notebook: str) -> str:
+    """``trace, simulated target · cpu, SM12.0 simulated``: the levels of a notebook's newest
+    summary and where they were reached (the target SM of any record of that run)."""
     rows = records.latest(notebook)
-    summary = next((r["values"] for r in reversed(rows) if r["kind"] == "summary"), None)
-    if summary:
-        state, measured, needs = (
-            summary.get("status", "measured"),
-            summary.get("headline", ""),
-            summary.get("needs", ""),
-        )
-    elif rows:
-        state, measured, needs = "measured (no summary record)", f"{len(rows)} records", ""
-    else:
-        state, measured, needs = _not_run(notebook, status), "", ""
-    device = rows[-1]["provenance"]["device"] if rows else ""
+    summary = of_kind(rows, "summary")[-1]
+    levels = ", ".join(level.replace("_", " ") for level in summary["values"].get("evidence") or [])
+    prov = next((r["provenance"] for r in rows if r["provenance"].get("target_sm")), None)
+    target = (
+        f"SM{prov['target_sm']} {'simulated' if prov['simulated'] else 'real'}"
+        if prov
+        else "no target SM"
+    )
+    return f"{levels or 'a timing, no level'} · {summary['provenance']['device']}, {target}"
+
+
+def _decided(question: Question, status: dict[str, dict]) -> dict:
+    summaries = [_summary(nb) for nb in question.notebooks]
+    missing = [nb for nb, s in zip(question.notebooks, summaries, strict=True) if s is None]
+    row = {"optimization": question.optimization, "story said": question.story_said}
+    if missing:
+        return {**row, "verdict": "UNMEASURED", "evidence": "no record",
+                "number": "", "why": "; ".join(_not_run(nb, status) for nb in missing)}  # fmt: skip
+    values = [s["values"] for s in summaries]
+    unrecorded = [
+        nb for nb, v in zip(question.notebooks, values, strict=True) if "verdict" not in v
+    ]
+    if unrecorded:
+        return {**row, "verdict": "UNMEASURED", "evidence": evidence_text(question.notebooks[-1]),
+                "number": "", "why": f"{', '.join(unrecorded)}: its newest run predates recorded "
+                "verdicts; re-run it"}  # fmt: skip
+    verdicts = list(dict.fromkeys(v["verdict"] for v in values))
     return {
-        "optimization": name,
-        "story said": story,
-        "status here": state,
-        "evidence": f"notebook {notebook}" + (f", on {device}" if device else ""),
-        "measured effect": measured,
-        "needs": needs,
+        **row,
+        "verdict": verdicts[0] if len(verdicts) == 1 else " / ".join(verdicts),
+        "evidence": evidence_text(question.notebooks[-1]),
+        "number": "; ".join(v["number"] for v in values),
+        "why": values[-1]["why"],
     }
 
 
-def decision_table() -> pd.DataFrame:
-    """The story's todo list, re-decided from this repository's records."""
+def verdict_table() -> pd.DataFrame:
+    """One row per question: the verdict, its evidence, the deciding number, why, the notebooks."""
     status = _reproduce_status()
-    rows = [_pcg_row(status)] + [
-        _alternative_row(name, nb, story, status) for name, nb, story in ALTERNATIVES
-    ]
-    return pd.DataFrame(rows).set_index("optimization")
+    rows = [{**_decided(q, status), "see": list(q.notebooks)} for q in QUESTIONS]
+    return pd.DataFrame(rows)
+
+
+def verdict_view() -> Styler:
+    """The verdict table as the report shows it: wrapped to the page, notebooks as links."""
+    table = verdict_table()
+    table["see"] = [" ".join(view.link(nb) for nb in nbs) for nbs in table["see"]]
+    widths = {"optimization": "15%", "story said": "9%", "verdict": "10%", "evidence": "14%",
+              "number": "22%", "why": "24%", "see": "6%"}  # fmt: skip
+    return view.table(table, widths, raw=("see",))
+
+
+def answer() -> str:
+    """The first screen's answer, in Markdown: was PCG really blocked, and what is each
+    alternative worth, each with its verdict and number as the records give them."""
+    table = verdict_table().set_index("optimization")
+
+    def said(question: Question) -> str:
+        row = table.loc[question.optimization]
+        return f"**{row['verdict']}** ({row['number'] or row['why']})"
+
+    story, custom_op, flashinfer, sglang = QUESTIONS[:4]
+    alternatives = "; ".join(f"{q.optimization}: {said(q)}" for q in QUESTIONS[4:7])
+    return (
+        f"**Was piecewise CUDA graphs really blocked?** As the story compiled it: {said(story)}. "
+        f"With a custom op around the quantize: {said(custom_op)}. In FlashInfer's own releases: "
+        f"{said(flashinfer)}. In SGLang's releases: {said(sglang)}.\n\n"
+        f"**What the alternatives are worth.** {alternatives}.\n\n"
+        "Each verdict claims no more than its evidence column: *trace* means dynamo traced the "
+        "code and nothing ran; *simulated target* means the Blackwell SM was made up on a CPU."
+    )
 
 
 def provenance_table() -> pd.DataFrame:
@@ -207,7 +149,7 @@ def provenance_table() -> pd.DataFrame:
         for name in names
         if records.latest(name)
     ]
-    return pd.DataFrame(rows, columns=["notebook", "provenance"]).set_index("notebook")
+    return pd.DataFrame(rows, columns=["notebook", "provenance"])
 
 
 def passed_over_table() -> pd.DataFrame:
@@ -231,18 +173,17 @@ def passed_over_table() -> pd.DataFrame:
         for run in records.newer_runs(name)
     ]
     columns = ["notebook", "started (UTC)", "records", "passed over because", "make reproduce said"]
-    return pd.DataFrame(rows, columns=columns).set_index("notebook")
+    return pd.DataFrame(rows, columns=columns)
 
 
 def skipped_table() -> pd.DataFrame:
     """What the last `make reproduce` ran, failed or skipped, and why."""
+    columns = ["notebook", "status", "reason", "seconds"]
     rows = records.latest("reproduce")
     if not rows:
-        return pd.DataFrame(columns=["notebook", "status", "reason", "seconds"]).set_index(
-            "notebook"
-        )
+        return pd.DataFrame(columns=columns)
     return (
-        pd.DataFrame([r["values"] for r in rows])[["notebook", "status", "reason", "seconds"]]
+        pd.DataFrame([r["values"] for r in rows])[columns]
         .drop_duplicates("notebook", keep="last")
-        .set_index("notebook")
+        .reset_index(drop=True)
     )

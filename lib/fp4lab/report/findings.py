@@ -25,7 +25,11 @@ def _summary_line(notebook: str, label: str) -> str:
     if not rows:
         return f"- {label}: not measured at this commit."
     v = rows[-1]["values"]
-    return f"- {label} ({rows[-1]['provenance']['device']}): {v['status']}; {v['headline']}."
+    where = rows[-1]["provenance"]["device"]
+    if "verdict" not in v:
+        return f"- {label} ({where}): {v['status']}; {v['headline']}."
+    levels = ", ".join(v.get("evidence") or []) or "a timing"
+    return f"- {label}: **{v['verdict']}**, {v['number']} ({levels} on {where}). {v['why']}."
 
 
 def _story_line() -> str:
@@ -33,9 +37,9 @@ def _story_line() -> str:
     if "observed" not in table:
         return "- The story's three crashes: not measured at this commit."
     parts = [
-        f"{story} {row['observed']} ({row['seconds']:.2f} s, {row['target']}; needed first: "
-        f"{row['needed first']}; evidence: {row['evidence']})"
-        for story, row in table.iterrows()
+        f"{row['story']} {row['observed']} ({row['seconds']:.2f} s, {row['target']}; needed "
+        f"first: {row['needed first']}; evidence: {row['evidence']})"
+        for _, row in table.iterrows()
     ]
     agree = (table["reproduced"] == "yes").sum()
     return (
@@ -89,6 +93,8 @@ def findings() -> str:
         _summary_line("06_nvfp4_kernels", "FP4 kernels"),
         _summary_line("07_mscclpp_allreduce", "MSCCLPP allreduce"),
         _summary_line("08_single_batch_overlap", "Single Batch Overlap"),
+        _summary_line("04_fullgraph_false_tradeoff", "fullgraph=False instead"),
+        _summary_line("13_sglang_cpu_server", "A live SGLang server on this CPU"),
     ]
     return "\n".join(lines) + "\n"
 

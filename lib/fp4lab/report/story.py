@@ -1,15 +1,12 @@
-"""The story's replay in the report: each crash, the blocker chain, the fullgraph=False cost.
+"""The story's replay in the report: each of its three crashes as this run observed it.
 
-Nothing here runs an experiment; every section is drawn from the newest records in data/."""
+Nothing here runs an experiment; the table is drawn from the newest records in data/."""
 
 from __future__ import annotations
 
 import pandas as pd
 
-from fp4lab.compile import plots as compile_plots
-from fp4lab.compile import tables
-from fp4lab.core import evidence, records
-from fp4lab.report.figures import annotate_provenance
+from fp4lab.core import records
 
 STORY_STEPS = (
     ("msg 988", "01_nvcc_subprocess_crash", "attempt"),
@@ -76,22 +73,4 @@ def story_table() -> pd.DataFrame:
                 "evidence": ", ".join(v.get("evidence") or []) or "not recorded",
             }
         )
-    return pd.DataFrame(table).set_index("story")
-
-
-def blocker_chain() -> pd.DataFrame | str:
-    """Notebook 02's blocker chain on the installed FlashInfer, or why there is none."""
-    chain = [r["values"] for r in of_kind(records.latest("02_file_io_trace"), "chain_step")]
-    return tables.chain_table(chain) if chain else "notebook 02 has no records: run make reproduce"
-
-
-def fullgraph_false_figure() -> object | None:
-    """Notebook 04's trade-off redrawn from its records (with their provenance); None, said, if none."""
-    rows = records.latest("04_fullgraph_false_tradeoff")
-    variants = [r["values"] for r in of_kind(rows, "variant")]
-    if not variants:
-        print("notebook 04 has no records: run make reproduce")
-        return None
-    fig = compile_plots.plot_tradeoff(variants)
-    annotate_provenance(fig, rows[-1]["provenance"], evidence.of_values(variants))
-    return fig
+    return pd.DataFrame(table)

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Sequence
-from dataclasses import dataclass, field, replace
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 
 import pandas as pd
@@ -165,6 +165,13 @@ class ServingSettings:
     input_len: int
     output_len: int
     ready_timeout_s: int
+
+    @property
+    def params(self) -> dict:
+        """The settings a record names (not the timeout, which changes no result)."""
+        chosen = asdict(self)
+        del chosen["ready_timeout_s"]
+        return {**chosen, "server_extra_args": list(self.server_extra_args)}
 
 
 def check_model_path(model_path: object) -> None:

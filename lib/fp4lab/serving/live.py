@@ -1,10 +1,11 @@
 """A real SGLang server on this machine's CPU: the tiny local model served by the installed
-``sglang.launch_server --device cpu`` on 127.0.0.1, for the test suite and the CPU benchmark.
+``sglang.launch_server --device cpu`` on 127.0.0.1, for notebook 13, the test suite and the CPU
+benchmark.
 
 ``serve_tiny_on_cpu`` builds or reuses the SGLang environment, makes the tiny model (random
 weights, a tokenizer trained here, nothing downloaded), launches the server with a bounded KV
-cache, yields it and stops its whole process group; ``descendants`` lists the processes a
-server started, so a caller can check none outlived it.
+cache, yields it and stops its whole process group; ``smoke`` drives it end to end and lists
+any process that outlived it. ``plan``, ``measure`` and ``verdict`` are notebook 13.
 """
 
 from __future__ import annotations
@@ -15,7 +16,9 @@ from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fp4lab.core import process, records
+import pandas as pd
+
+from fp4lab.core import params, paths, process, records
 from fp4lab.serving import bench, client
 from fp4lab.serving.config import ServerConfig
 from fp4lab.serving.server import Server, free_port, launch
@@ -146,3 +149,93 @@ def smoke(
         common = {**server.config.as_record(), **env, "ready_after_s": server.ready_after_s}
         recorder.add_all("request", [{**common, **r, "evidence": ["serving"]} for r in requests])
     return result
+
+
+@dataclass(frozen=True)
+class Plan:
+    """Notebook 13's checked parameters and the folder its server and clients write to."""
+
+    num_prompts: int
+    input_len: int
+    output_len: int
+    params: dict
+    folder: Path
+
+
+def plan(*, num_prompts: int, input_len: int, output_len: int) -> Plan:
+    """Check every parameter (ValueError naming it and its allowed values)."""
+    for name, value in (
+        ("num_prompts", num_prompts),
+        ("input_len", input_len),
+        ("output_len", output_len),
+    ):
+        params.positive(name, value)
+    chosen = {"num_prompts": num_prompts, "input_len": input_len, "output_len": output_len}
+    return Plan(
+        num_prompts, input_len, output_len, chosen, paths.build_dir() / "live" / records.RUN_ID
+    )
+
+
+def measure(plan: Plan, rec: records.Recorder) -> Smoke | None:
+    """Serve the tiny model on this CPU and run the clients (``smoke``), recorded with evidence
+    "serving"; None, recorded as skipped with the reason, when the environment cannot be built."""
+    print(f"SGLang {SGLANG_VERSION}: building or reusing its environment, then serving ...")
+    try:
+        return smoke(
+            plan.folder, num_prompts=plan.num_prompts, input_len=plan.input_len,
+            output_len=plan.output_len, recorder=rec,
+        )  # fmt: skip
+    except EnvironmentUnavailable as exc:
+        rec.skip("cpu_server", str(exc))
+        return None
+
+
+def table(result: Smoke | None) -> pd.DataFrame:
+    """bench_serving's and bench_one_batch_server's numbers: one row per client and metric."""
+    rows = [
+        ("bench_serving", metric, r[key])
+        for r in result.serving
+        for metric, key in (("prompts completed", "completed"), ("output tok/s", "output_throughput"),
+                            ("median TTFT ms", "median_ttft_ms"), ("median ITL ms", "median_itl_ms"))
+    ] + [
+        (f"bench_one_batch_server (batch {r['batch_size']})", "latency s", r["latency"])
+        for r in result.one_batch
+    ] if result else []  # fmt: skip
+    return pd.DataFrame(rows, columns=["client", "metric", "value"]).round(2)
+
+
+def verdict(plan: Plan, result: Smoke | None, rec: records.Recorder) -> str:
+    """Record the summary, then check every prompt completed, every request returned text and no
+    process outlived the server (AssertionError otherwise)."""
+    if result is None:
+        reason = rec.written[-1]["values"]["reason"]
+        rec.summary(
+            f"not measured: {reason}", verdict="UNMEASURED", number="no server ran",
+            why=reason, needs="cpu and the package registry (the SGLang environment)",
+        )  # fmt: skip
+        return f"SKIPPED: {reason}"
+    row = result.serving[0]
+    served = all(r["text"] for r in result.requests) and row["completed"] == plan.num_prompts
+    ok = served and not result.left_behind
+    number = (
+        f"{row['output_throughput']:.1f} output tok/s, median TTFT {row['median_ttft_ms']:.0f} ms "
+        f"({plan.num_prompts} prompts of {plan.input_len} in / {plan.output_len} out)"
+    )
+    rec.summary(
+        f"SGLang {result.env['sglang_version']} on this CPU, ready after "
+        f"{result.ready_after_s:.0f} s: {number}; one batch of 1: "
+        f"{result.one_batch[0]['latency']:.2f} s; processes left behind: "
+        f"{len(result.left_behind)}",
+        verdict="WORKS" if ok else "FAILED",
+        number=number
+        if ok
+        else f"{row['completed']}/{plan.num_prompts} completed, "
+        f"{len(result.left_behind)} processes left behind",
+        why=f"the real SGLang {result.env['sglang_version']} server answered SGLang's own "
+        "benchmark clients on this CPU; a tiny random model measures the serving harness, not "
+        "GLM-5 or any optimization",
+        needs="cpu",
+    )
+    assert served, f"{row['completed']} of {plan.num_prompts} prompts completed"
+    assert not result.left_behind, f"processes outlived the server: {result.left_behind}"
+    return rec.written[-1]["values"]["headline"]

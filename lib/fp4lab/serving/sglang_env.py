@@ -143,3 +143,12 @@ def ensure_sglang(version: str = SGLANG_VERSION) -> SGLangEnv:
         return SGLangEnv(version, environment, error=environment.error)
     applied, error = standins.apply(environment.python)
     return SGLangEnv(version, environment, applied, error)
+
+
+def python(version: str = SGLANG_VERSION) -> str:
+    """The interpreter of the SGLang ``version`` environment, built on first use; RuntimeError
+    saying why when it cannot be built."""
+    env = ensure_sglang(version)
+    if not env.ok:
+        raise RuntimeError(f"the SGLang {version} environment could not be built: {env.error}")
+    return env.python

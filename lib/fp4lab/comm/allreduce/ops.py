@@ -11,6 +11,7 @@ import torch
 import torch.distributed as dist
 
 from fp4lab.comm import ranks
+from fp4lab.comm.allreduce import mscclpp_api
 
 
 class TorchAllreduce:
@@ -36,17 +37,15 @@ class TorchAllreduce:
 
 class SGLangMscclpp:
     """SGLang's MSCCL++ communicator, set up through the API the installed SGLang exposes
-    (``fp4lab.serving.mscclpp_api``); refuses to start unless the communicator is really usable."""
+    (``mscclpp_api``); refuses to start unless the communicator is really usable."""
 
     backend = "mscclpp"
 
     def __init__(self, env: ranks.RankEnv) -> None:
         from sglang.srt.distributed import parallel_state
 
-        from fp4lab.serving.mscclpp_api import describe, unsupported
-
-        api = describe()
-        reason = unsupported(api, env.world_size)
+        api = mscclpp_api.describe()
+        reason = mscclpp_api.unsupported(api, env.world_size)
         if reason:
             raise RuntimeError(reason)
         getattr(parallel_state, api["set_mscclpp"])(True)

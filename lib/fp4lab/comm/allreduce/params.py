@@ -8,10 +8,12 @@ import json
 import os
 import subprocess
 import sys
+from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
 
+from fp4lab.comm.allreduce import mscclpp_api
 from fp4lab.comm.allreduce.sizes import format_size
 from fp4lab.core import params, probe
 
@@ -94,25 +96,10 @@ def validate(
         )
 
 
-def mscclpp_api(python: str | None = None) -> dict:
-    """The installed SGLang's MSCCL++ API (``fp4lab.serving.mscclpp_api.describe``), read in
-    ``python``'s environment (default: SGLang's own, ``fp4lab.serving.sglang_env``); never raises."""
-    from fp4lab.serving.sglang_env import SGLANG_VERSION, env_root
-
-    if python is None:
-        env_python = env_root(SGLANG_VERSION) / "venv" / "bin" / "python"
-        if not env_python.exists():
-            return {"importable": False, "error": f"the SGLang {SGLANG_VERSION} environment is not "
-                    "built (fp4lab.serving.sglang_env.ensure_sglang())"}  # fmt: skip
-        python = str(env_python)
-    return _read_api(python)
-
-
 @functools.lru_cache(maxsize=8)
-def _read_api(python: str) -> dict:
-    """``mscclpp_api`` for one interpreter, read once per process (an installed API does not change)."""
-    from fp4lab.serving import mscclpp_api
-
+def read_mscclpp_api(python: str) -> dict:
+    """The MSCCL++ API of the SGLang installed for interpreter ``python``
+    (``mscclpp_api.describe``), read once per process; never raises."""
     if python == sys.executable:
         return mscclpp_api.describe()
     done = subprocess.run(
@@ -131,12 +118,13 @@ def unavailable(
     machine: probe.Machine | None = None,
     *,
     per_node: int | None = None,
-    python: str | None = None,
+    sglang_python: Callable[[], str] | None = None,
 ) -> str | None:
     """Why ``backend`` cannot run ``world_size`` ranks (``per_node`` of them on this node), or None when it can.
 
-    For ``mscclpp`` the SGLang in ``python``'s environment (default: fp4lab's SGLang
-    environment) is asked what its MSCCL++ API supports (``fp4lab.serving.mscclpp_api``).
+    For ``mscclpp`` the SGLang of the interpreter ``sglang_python()`` gives (called only once
+    the GPUs are there; default: this interpreter) is asked what its MSCCL++ API supports
+    (``mscclpp_api``); an interpreter that cannot be had is a reason, never an exception.
     """
     machine = machine or probe.machine()
     per_node = world_size if per_node is None else per_node
@@ -153,7 +141,9 @@ def unavailable(
     if per_node > machine.gpu_count:
         return f"{per_node} ranks need {per_node} GPUs on this node; it has {machine.gpu_count}"
     if backend == "mscclpp":
-        from fp4lab.serving.mscclpp_api import unsupported
-
-        return unsupported(mscclpp_api(python), world_size)
+        try:
+            python = sglang_python() if sglang_python else sys.executable
+        except RuntimeError as exc:
+            return f"no SGLang interpreter for MSCCL++: {exc}"
+        return mscclpp_api.unsupported(read_mscclpp_api(python), world_size)
     return None

@@ -3,6 +3,9 @@ vs NCCL crossover, the figure, and the verdict for the decision report."""
 
 from __future__ import annotations
 
+import functools
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -13,8 +16,7 @@ from fp4lab.comm.allreduce import plots
 from fp4lab.comm.allreduce.params import BACKENDS, MODES, modes_for, unavailable, validate
 from fp4lab.comm.allreduce.sizes import parse_sizes
 from fp4lab.comm.allreduce.sweep import crossover, sweep
-from fp4lab.core import params, paths, probe, records
-from fp4lab.report import figures
+from fp4lab.core import figures, params, paths, probe, records
 
 GPU_BACKENDS = ("mscclpp", "nccl")
 """The crossover compares the first with the second."""
@@ -22,11 +24,13 @@ GPU_BACKENDS = ("mscclpp", "nccl")
 
 @dataclass(frozen=True)
 class Planned:
-    """One backend of the plan: how many ranks, and why it cannot run here (None when it can)."""
+    """One backend of the plan: how many ranks, why it cannot run here (None when it can), and
+    the interpreter its ranks run in."""
 
     backend: str
     ranks: int
     skip: str | None
+    python: str = sys.executable
 
 
 @dataclass(frozen=True)
@@ -66,11 +70,14 @@ def plan(
     warmup: int,
     dtype: str,
     timeout_s: int,
+    sglang_python: Callable[[], str] | None = None,
     machine: probe.Machine | None = None,
 ) -> Plan:
     """Check every parameter (ValueError naming it and its allowed values); per backend, its
-    rank count or why it is skipped here."""
+    rank count or why it is skipped here. ``sglang_python`` gives the interpreter of an SGLang
+    installation for ``mscclpp`` (asked only where the GPUs are; default: this interpreter)."""
     machine = machine or probe.machine()
+    sglang_python = functools.cache(sglang_python or (lambda: sys.executable))
     params.choices("backends", backends, BACKENDS)
     params.positive("cpu_ranks", cpu_ranks)
     params.positive("timeout_s", timeout_s)
@@ -88,10 +95,12 @@ def plan(
     planned = []
     for backend in dict.fromkeys(backends):
         ranks = cpu_ranks if backend == "gloo" else (gpu_ranks or machine.gpu_count)
-        skip = unavailable(backend, ranks, machine)
+        skip = unavailable(backend, ranks, machine, sglang_python=sglang_python)
+        python = sys.executable
         if skip is None:
             validate(backend, size_list, ranks, iters, warmup, dtype, modes_for(backend))
-        planned.append(Planned(backend, ranks, skip))
+            python = sglang_python() if backend == "mscclpp" else python
+        planned.append(Planned(backend, ranks, skip, python))
     chosen = dict(
         backends=backends,
         sizes=sizes,
@@ -154,6 +163,7 @@ def sweep_backends(plan: Plan, rec: records.Recorder) -> Sweeps:
             warmup=plan.warmup,
             dtype=plan.dtype,
             timeout_s=plan.timeout_s,
+            python=p.python,
         )
         rows += rec.add_all("size", done.rows)
         runs[p.backend] = done.run
@@ -207,7 +217,8 @@ def save_sweep_figure(sweeps: Sweeps, found: list[dict], rec: records.Recorder) 
 
 
 def summary_for_report(rows: list[dict], planned: list[Planned], found: list[dict]) -> dict:
-    """The notebook's one-line verdict for the decision report: status, headline, what it needs."""
+    """The notebook's summary for the decision report: status, headline, the decision (verdict,
+    number, why), what it needs."""
     ran = sorted({r["backend"] for r in rows if r["status"] == "ok"})
     skipped = [f"{p.backend} ({p.skip})" for p in planned if p.skip]
     needs = "2+ GPUs for nccl; SGLang with the mscclpp package and a world size its communicator supports for MSCCLPP"
@@ -215,9 +226,11 @@ def summary_for_report(rows: list[dict], planned: list[Planned], found: list[dic
     if compared:
         c = compared[0]
         headline = f"MSCCLPP vs NCCL ({c['mode']}): {c['summary']}"
-        status = "measured"
+        status, verdict, number = "measured", "MEASURED", headline
+        why = "both collectives were timed on the same GPUs, eagerly and replayed from a CUDA graph"
     else:
         measured = [r for r in rows if r["status"] == "ok"]
+        number = "no MSCCLPP-vs-NCCL timing"
         if measured:
             small = min(measured, key=lambda r: r["bytes"])
             large = max(measured, key=lambda r: r["bytes"])
@@ -226,15 +239,20 @@ def summary_for_report(rows: list[dict], planned: list[Planned], found: list[dic
                 f"busbw {large['busbw_GBps']:.2f} GB/s at {large['size']}; "
                 "no MSCCLPP-vs-NCCL numbers on this machine"
             )
+            number += f" ({', '.join(ran)} only: {small['median_us']:.0f} µs at {small['size']})"
         else:
             headline = "no size finished on any backend (see the backend records)"
         reasons = dict.fromkeys(p.skip for p in planned if p.skip and p.backend in GPU_BACKENDS)
-        status = "not measured here: " + (
+        why = (
             "; ".join(reasons) if reasons else "the backends did not include both mscclpp and nccl"
         )
+        status, verdict = f"not measured here: {why}", "UNMEASURED"
     return {
         "status": status,
         "headline": headline,
+        "verdict": verdict,
+        "number": number,
+        "why": why,
         "needs": needs,
         "backends_run": ran,
         "backends_skipped": skipped,
@@ -254,7 +272,7 @@ def verdict(plan: Plan, sweeps: Sweeps, found: list[dict], rec: records.Recorder
     the largest message took longer and moved more bytes per second than the smallest
     (where the two are at least SPAN times apart)."""
     summary = summary_for_report(sweeps.rows, plan.backends, found)
-    rec.add("summary", summary)
+    rec.summary(**summary)
     failed = {b: r.message for b, r in sweeps.runs.items() if not r.ok}
     if failed:
         raise AssertionError(f"a sweep did not finish: {failed}")

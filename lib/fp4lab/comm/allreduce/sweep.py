@@ -16,7 +16,6 @@ from fp4lab.comm import torchrun
 from fp4lab.comm.allreduce.params import parse_modes, unavailable, validate
 from fp4lab.comm.allreduce.sizes import format_size, parse_sizes
 from fp4lab.core import params, paths
-from fp4lab.serving import sglang_env
 
 
 @dataclass
@@ -65,20 +64,22 @@ def sweep(
     nnodes: int = 1,
     node_rank: int = 0,
     rdzv_endpoint: str | None = None,
+    python: str = sys.executable,
 ) -> Sweep:
-    """Validate, then run one backend's sweep under torchrun; returns the rows finished even when it failed."""
+    """Validate, then run one backend's sweep under torchrun, its ranks in interpreter ``python``
+    (for ``mscclpp``, one with SGLang installed); returns the rows finished even when it failed."""
     params.positive("nproc", nproc)
     params.positive("nnodes", nnodes)
     world_size = nproc * nnodes
     validate(
         backend, parse_sizes(sizes), world_size, iters, warmup, dtype, parse_modes(modes, backend)
     )
-    torchrun.refuse_backend(backend, unavailable(backend, world_size, per_node=nproc))
+    torchrun.refuse_backend(
+        backend, unavailable(backend, world_size, per_node=nproc, sglang_python=lambda: python)
+    )
     torchrun.require_new_out(out)
-    python, env = sys.executable, None
-    if backend == "mscclpp":  # SGLang's communicator runs in SGLang's own environment
-        python = sglang_env.ensure_sglang().python
-        env = {"PYTHONPATH": str(paths.REPO_ROOT / "lib")}
+    # another interpreter (SGLang's own environment) finds fp4lab through PYTHONPATH
+    env = None if python == sys.executable else {"PYTHONPATH": str(paths.REPO_ROOT / "lib")}
     run = torchrun.run_ranks(
         ["-m", "fp4lab.comm.allreduce"],
         cli_args(backend, sizes, iters, warmup, dtype, modes, out),

@@ -43,8 +43,7 @@ from fp4lab.comm.overlap.params import (
     validate,
 )
 from fp4lab.comm.torchrun import refuse_backend
-from fp4lab.compile import segment
-from fp4lab.core import timing
+from fp4lab.core import glm5, timing
 
 
 def efficiency(t_compute: float, t_comm: float, t_overlapped: float) -> float:
@@ -193,7 +192,7 @@ def _parser() -> argparse.ArgumentParser:
         "--scale",
         type=int,
         default=16,
-        help=f"divide GLM-5's widths by this: {', '.join(map(str, segment.SCALES))}",
+        help=f"divide GLM-5's widths by this: {', '.join(map(str, glm5.SCALES))}",
     )
     parser.add_argument(
         "--tokens", type=int, default=256, help="tokens in the batch on each rank (default 256)"

@@ -9,11 +9,7 @@ from dataclasses import dataclass
 import torch
 import torch.distributed as dist
 
-from fp4lab.compile import segment
-from fp4lab.core import params, probe
-
-GLM5_MOE_FFN, GLM5_TOPK, GLM5_EXPERTS = 2048, 8, 256
-"""GLM-5's routed-expert FFN width, experts per token and routed experts (hidden: segment.GLM5_HIDDEN)."""
+from fp4lab.core import glm5, params, probe
 
 BACKENDS = ("gloo", "nccl")
 COLLECTIVES = ("all_to_all", "all_reduce")
@@ -30,9 +26,9 @@ class MoeShape:
 
     @classmethod
     def glm5(cls, scale: int) -> MoeShape:
-        """GLM-5's routed-expert widths divided by ``scale`` (one of segment.SCALES); top-k and experts kept."""
-        params.choice("scale", scale, segment.SCALES)
-        return cls(segment.GLM5_HIDDEN // scale, GLM5_MOE_FFN // scale, GLM5_TOPK, GLM5_EXPERTS)
+        """GLM-5's routed-expert widths divided by ``scale`` (one of ``glm5.SCALES``); top-k and experts kept."""
+        params.choice("scale", scale, glm5.SCALES)
+        return cls(glm5.HIDDEN // scale, glm5.MOE_FFN // scale, glm5.TOPK, glm5.EXPERTS)
 
 
 def validate(

@@ -1,19 +1,25 @@
 """What notebook 08 runs: its parameters checked, the overlap microbenchmark recorded, its
 figure, and the verdict for the decision report. Its serving section is
-``fp4lab.serving.compare.switch_comparison``."""
+``fp4lab.serving.compare.switch_comparison``, whose outcome the verdict is handed."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 from fp4lab.comm import torchrun
 from fp4lab.comm.overlap import plots
 from fp4lab.comm.overlap.benchmark import Benchmark, benchmark
 from fp4lab.comm.overlap.params import BACKENDS, MoeShape, backend_for, unavailable, validate
-from fp4lab.core import params, paths, probe, records
-from fp4lab.report import figures
-from fp4lab.serving.compare import ServingComparison, ServingSettings, serving_settings
+from fp4lab.core import figures, params, paths, probe, records
+
+
+class ServingOutcome(Protocol):
+    """What the verdict reads of the serving comparison: its "server" rows, or why it did not run."""
+
+    rows: list[dict]
+    skip: str | None
 
 
 @dataclass(frozen=True)
@@ -30,7 +36,6 @@ class Plan:
     iters: int
     warmup: int
     timeout_s: int
-    serving: ServingSettings
     params: dict
     run_dir: Path
 
@@ -54,13 +59,6 @@ def plan(
     iters: int,
     warmup: int,
     timeout_s: int,
-    model_path: str,
-    tp_size: int,
-    server_extra_args: list[str],
-    num_prompts: int,
-    input_len: int,
-    output_len: int,
-    ready_timeout_s: int,
     machine: probe.Machine | None = None,
 ) -> Plan:
     """Check every parameter (ValueError naming it and its allowed values) and resolve ``backend="auto"``."""
@@ -70,15 +68,6 @@ def plan(
     run_backend = backend_for(machine, ranks) if backend == "auto" else backend
     validate(shape, tokens, chunks, ranks, run_backend, collective, iters, warmup)
     params.positive("timeout_s", timeout_s)
-    serving = serving_settings(
-        model_path=model_path,
-        tp_size=tp_size,
-        server_extra_args=server_extra_args,
-        num_prompts=num_prompts,
-        input_len=input_len,
-        output_len=output_len,
-        ready_timeout_s=ready_timeout_s,
-    )
     torchrun.refuse_backend(backend, unavailable(run_backend, ranks, machine), "auto, gloo")
     chosen = dict(
         scale=scale,
@@ -89,12 +78,6 @@ def plan(
         backend=run_backend,
         iters=iters,
         warmup=warmup,
-        model_path=model_path,
-        tp_size=tp_size,
-        server_extra_args=server_extra_args,
-        num_prompts=num_prompts,
-        input_len=input_len,
-        output_len=output_len,
     )
     run_dir = paths.build_dir() / "overlap" / records.RUN_ID
     return Plan(
@@ -108,7 +91,6 @@ def plan(
         iters,
         warmup,
         timeout_s,
-        serving,
         chosen,
         run_dir,
     )
@@ -146,20 +128,23 @@ def save_overlap_figure(result: Benchmark, rec: records.Recorder) -> Path | None
     )  # timings of collectives and matmuls: no FP4 kernel, trace or target involved
 
 
-def summary_for_report(rows: list[dict], serving: ServingComparison) -> dict:
-    """The notebook's one-line verdict for the decision report: status, headline, what it needs."""
+def summary_for_report(rows: list[dict], serving: ServingOutcome) -> dict:
+    """The notebook's summary for the decision report: status, headline, the decision (verdict,
+    number, why), what it needs."""
     needs = (
         "cpu for the microbenchmark; "
         "SGLang on a multi-GPU Blackwell node (with expert parallelism) for serving numbers"
     )
-    parts = []
+    parts, number = [], "no chunk count finished"
     if rows:
         chunked = [r for r in rows if r["chunks"] > 1] or rows
         best = max(chunked, key=lambda r: r["efficiency"])
+        number = (
+            f"microbenchmark ({best['backend']}, {best['world_size']} ranks): overlap efficiency "
+            f"{best['efficiency']:.2f} at {best['chunks']} chunks"
+        )
         parts.append(
-            f"microbenchmark ({best['backend']}, {best['world_size']} ranks): "
-            f"best overlap efficiency {best['efficiency']:.2f} at {best['chunks']} chunks, "
-            f"{best['speedup_vs_sequential']:.2f}x the unchunked sequential speed"
+            f"{number}, {best['speedup_vs_sequential']:.2f}x the unchunked sequential speed"
         )
         control = next((r for r in rows if r["chunks"] == 1), None)
         # one chunk cannot overlap anything: its efficiency is the measurement's own noise
@@ -169,14 +154,23 @@ def summary_for_report(rows: list[dict], serving: ServingComparison) -> dict:
             )
     ran = [r for r in serving.rows if r.get("status") == "ran"]
     if ran:
-        parts.append(
-            "serving: " + ", ".join(f"{r['label']} {r['output_throughput']:.0f} tok/s" for r in ran)
-        )
-        status = "measured"
+        measured = ", ".join(f"{r['label']} {r['output_throughput']:.0f} tok/s" for r in ran)
+        parts.append(f"serving: {measured}")
+        status, verdict, number = "measured", "MEASURED", f"serving: {measured}"
+        why = "SGLang served the same requests with each switch on and off"
     else:
         why = serving.skip or "every configuration failed (see the server records)"
         status = f"microbenchmark only; serving comparison not run: {why}"
-    return {"status": status, "headline": "; ".join(parts) or "nothing finished", "needs": needs}
+        verdict = "UNMEASURED"
+        why = f"SBO is a serving switch and its serving comparison did not run: {why}"
+    return {
+        "status": status,
+        "headline": "; ".join(parts) or "nothing finished",
+        "verdict": verdict,
+        "number": number,
+        "why": why,
+        "needs": needs,
+    }
 
 
 OVERLAP_SLACK = 0.3
@@ -187,13 +181,11 @@ CONTROL_LIMIT = 1.0
 """The 1-chunk control must read below full overlap: one chunk cannot hide its combine at all."""
 
 
-def verdict(
-    plan: Plan, result: Benchmark, serving: ServingComparison, rec: records.Recorder
-) -> str:
+def verdict(plan: Plan, result: Benchmark, serving: ServingOutcome, rec: records.Recorder) -> str:
     """Record the summary, then check every chunk count finished with the blocking result, no
     step beat its longer part, and the 1-chunk control shows no overlap."""
     summary = summary_for_report(result.rows, serving)
-    rec.add("summary", summary)
+    rec.summary(**summary)
     if not result.run.ok:
         raise AssertionError(f"the microbenchmark did not finish: {result.run.message}")
     if [r["chunks"] for r in result.rows] != plan.chunks:

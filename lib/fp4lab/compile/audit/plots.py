@@ -7,8 +7,7 @@ from pathlib import Path
 from packaging.version import Version
 
 from fp4lab.compile.audit.run import VERDICTS
-from fp4lab.core import evidence, records
-from fp4lab.report import figures
+from fp4lab.core import evidence, figures, records
 
 COLOURS = dict(
     zip(

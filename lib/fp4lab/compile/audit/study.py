@@ -92,8 +92,27 @@ def audit_and_record(rec: records.Recorder, progress=print) -> list[dict]:
         }
         rec.add("version", about, packages=packages)
         per_version.append(about)
-    rec.add("summary", summarize(rows, per_version))
+    rec.summary(**summarize(rows, per_version))
     return rows
+
+
+def _decision(by: dict[str, dict], measured: list[str]) -> dict:
+    """The decision report's verdict, number and why: the newest version measured, its newest SM."""
+    if not measured:
+        return {"verdict": "UNMEASURED", "number": "no FlashInfer version audited",
+                "why": "no version's environment could be built here"}  # fmt: skip
+    version = measured[-1]
+    sm, cell = max(by[version]["sms"].items(), key=lambda item: float(item[0]))
+    one, traced = len(cell["one_graph"]), len(cell["one_graph"]) + len(cell["wrap"])
+    verdict = "UNBLOCKED" if one == traced else "BLOCKED" if one == 0 else "PARTLY BLOCKED"
+    return {
+        "verdict": verdict,
+        "number": f"{one} of {traced} FP4 entry points traced compile to one graph "
+        f"(FlashInfer {version}, SM{sm})",
+        "why": "each entry point was traced under fullgraph=True with small inputs on a simulated "
+        "target; one that breaks must be wrapped in a custom op for a piecewise runner (a break "
+        "is not yet checked against an eager call with the same inputs)",
+    }
 
 
 def summarize(rows: list[dict], per_version: list[dict]) -> dict:
@@ -119,6 +138,7 @@ def summarize(rows: list[dict], per_version: list[dict]) -> dict:
     measured = [v for v, a in by.items() if a["sms"]]
     return {
         "status": "measured" if measured else "not measured",
+        **_decision(by, measured),
         "versions": by,
         "versions_measured": measured,
         "headline": "FP4 entry points that compile to one graph (of those traced), per version: "

@@ -117,6 +117,23 @@ def _across(measured: list[VersionResult], key: str) -> dict[str, dict]:
     return found
 
 
+def _decision(measured: list[VersionResult], holds: list[str], unblocked: list[str]) -> dict:
+    """The decision report's verdict, number and why over the versions measured."""
+    if not measured:
+        return {"verdict": "UNMEASURED", "number": "no FlashInfer version measured",
+                "why": "no version's environment could be built here"}  # fmt: skip
+    if unblocked:
+        return {
+            "verdict": "UNBLOCKED",
+            "number": f"FlashInfer's own op unblocks from {unblocked[0]}; the story's decision "
+            f"holds up to {holds[-1] if holds else 'no version measured'}",
+            "why": "from that version FlashInfer registers its quantize as a torch op with a "
+            "fake, and the story's trace compiles to one graph through it",
+        }  # fmt: skip
+    return {"verdict": "BLOCKED", "number": f"no version of {len(measured)} measured unblocks it",
+            "why": "no measured FlashInfer version registers a quantize op the trace compiles through"}  # fmt: skip
+
+
 def summarize_versions(results: list[VersionResult]) -> dict:
     """Where each verdict holds, up to which version the story's decision holds, from which the
     upstream op removes the blocker, and on which versions each patch and blocker was met."""
@@ -125,14 +142,18 @@ def summarize_versions(results: list[VersionResult]) -> dict:
     unblocked = [r.version for r in measured if r.verdict == VERDICTS[2]]
     stages = _across(measured, "stage")
     stages.pop("none", None)
+    ranges = {v: [r.version for r in measured if r.verdict == v] for v in VERDICTS}
     return {
         "status": "measured" if measured else "not measured",
+        "headline": "; ".join(f"{v}: {', '.join(vs)}" for v, vs in ranges.items() if vs)
+        or "no version measured",
+        **_decision(measured, holds, unblocked),
         "versions_measured": [r.version for r in measured],
         "versions_failed": [r.version for r in results if r.env == "failed"],
         "versions_undecided": [r.version for r in measured if r.verdict not in VERDICTS],
         "story_decision_holds_up_to": holds[-1] if holds else None,
         "upstream_op_unblocks_from": unblocked[0] if unblocked else None,
-        "verdict_ranges": {v: [r.version for r in measured if r.verdict == v] for v in VERDICTS},
+        "verdict_ranges": ranges,
         "stages_across_versions": stages,
         "blockers_across_versions": _across(measured, "signature"),
     }

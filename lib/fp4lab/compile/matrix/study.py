@@ -63,11 +63,12 @@ def measure_and_record(rec: records.Recorder) -> list[VersionResult]:
         rec.add("version", r.as_record(), target=r.target or None, packages=r.packages or None)
     summary = summarize_versions(results)
     measured = [r for r in results if r.target]
-    rec.add(
-        "summary",
-        summary,
-        target=measured[0].target if measured else None,
-        packages={"flashinfer-python": ", ".join(summary["versions_measured"])},
+    rec.summary(
+        **summary,
+        provenance={
+            "target": measured[0].target if measured else None,
+            "packages": {"flashinfer-python": ", ".join(summary["versions_measured"])},
+        },
     )
     return results
 

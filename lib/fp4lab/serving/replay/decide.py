@@ -97,3 +97,25 @@ def compact(rows: list[dict]) -> list[str]:
         flag = rows[[r["sglang_version"] for r in rows].index(version)]["flag"]
         lines.append(f"SGLang {version}: {said}; flag: {flag}")
     return lines
+
+
+def decision(rows: list[dict]) -> dict:
+    """The decision report's verdict, number and why over every (release, SM) traced."""
+    traced = [r for r in rows if r["outcome"] in ("blocked", "compiles")]
+    blocked = [f"{r['sglang_version']} SM{r['sm']}" for r in rows if r["outcome"] == "blocked"]
+    through = sorted({str(r["compiles_through"]) for r in rows if r["outcome"] == "compiles"})
+    if not traced:
+        return {"verdict": "UNMEASURED", "number": "no release x SM traced here",
+                "why": "no release's quantize could be traced on this machine"}  # fmt: skip
+    verdict = (
+        "UNBLOCKED"
+        if not blocked
+        else "BLOCKED"
+        if len(blocked) == len(traced)
+        else "PARTLY BLOCKED"
+    )
+    why = (f"traced through each release's own install_torch_compiled on fp4lab's stand-in layer; "
+           f"blocked where FlashInfer's quantize is called directly ({', '.join(blocked) or 'nowhere'}), "
+           f"compiles through {', '.join(through) or 'nothing'}")  # fmt: skip
+    number = f"blocked in {len(blocked)} of {len(traced)} release x SM traced"
+    return {"verdict": verdict, "number": number, "why": why}

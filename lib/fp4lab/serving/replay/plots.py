@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp4lab.core import evidence, records
-from fp4lab.report import figures
+from fp4lab.core import evidence, figures, records
 
 COLOURS = {"blocked": "#d62728", "compiles": "#2ca02c", "not traceable here": "#bbbbbb",
            "not measured": "#eeeeee"}  # fmt: skip

@@ -119,9 +119,10 @@ def measure_and_record(rec: records.Recorder, replay_sm: str = versions.STORY_SM
             target=_target(row["sm"]),
         )
     story = [r for r in runs if r.version == versions.STORY_VERSION and r.replay.get("chain")]
-    rec.add("summary", {
+    rec.summary(**{
         "status": "measured" if rows else "not measured",
         "headline": verdict(rows),
+        **decide.decision(rows),
         "needs": "cpu",
         "versions_measured": [r.version for r in runs if r.environment.ok],
         "versions_failed": {r.version: r.environment.error for r in runs if not r.environment.ok},
