@@ -51,7 +51,7 @@ step() {
 }
 
 # 04: GLM-5's full widths, the three compile variants, CUDA-graph replay on the GPU.
-step 180 04 --param scale=1 --param layers=4 --param tokens=256 --param backend=inductor --param iters=50 --param warmup=5 --param device=cuda
+step 180 04 --param scale=1 --param layers=4 --param 'token_counts=[64,256,1024,2048]' --param backend=inductor --param iters=30 --param warmup=3 --param device=cuda
 # 05: the custom-op fix at GLM-5's hidden size (head_dim 128); it traces FlashInfer's own code.
 if [[ -z "${DRY_RUN:-}" ]] && wanted 05 && ! "$PY" -c 'import flashinfer' 2>/dev/null; then
   echo "== notebook 05 SKIPPED: flashinfer-python is not importable here (the story's call site is FlashInfer's)"

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import itertools
-import types
 
 import flashinfer
 import flashinfer.utils
@@ -11,8 +10,8 @@ import pytest
 import torch
 from flashinfer.jit import core, cpp_ext
 
-from fp4lab.compile import fix, fix_checks, segment, stages, target, trace, tradeoff
-from fp4lab.core import probe, records
+from fp4lab.compile import fix, fix_checks, segment, stages, target, trace
+from fp4lab.core import probe
 
 SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
 
@@ -172,56 +171,6 @@ def test_kernels_of_the_same_code_are_told_apart_from_flashinfers():
     assert fix.same_code(fix.REFERENCE_FOR_UPSTREAM, fix.REFERENCE_DIRECT)
     assert not fix.same_code(fix.FLASHINFER, fix.REFERENCE_DIRECT)
     assert fix.same_code(fix.FLASHINFER, fix.FLASHINFER) and not fix.same_code(None, None)
-
-
-def _variant(name: str, capture: str, **extra: object) -> dict:
-    return {
-        "variant": name,
-        "graph_count": 1,
-        "graph_break_count": 0,
-        "graph_calls": 1 if name != "compiled_with_breaks" else 4,
-        "graph_calls_per_layer": 2,
-        "step_median_ms": 1.0,
-        "cuda_graph_capture": capture,
-        **extra,
-    }
-
-
-def _tradeoff_run() -> types.SimpleNamespace:
-    rec = records.Recorder("04_fullgraph_false_tradeoff", {})
-    return types.SimpleNamespace(layers=2, x=torch.zeros(1), rec=rec)
-
-
-def test_a_failed_cuda_graph_capture_fails_the_tradeoff_verdict(isolated_outputs):
-    run = _tradeoff_run()
-    message = "RuntimeError: operation not permitted when stream is capturing"
-    rows = [
-        _variant("eager", "ok", cuda_graph_median_ms=0.1),
-        _variant("compiled_with_breaks", "ok", cuda_graph_median_ms=0.1),
-        _variant(
-            "compiled_fullgraph_custom_op",
-            f"error: {message}",
-            cuda_graph_error=message,
-        ),
-    ]
-    with pytest.raises(RuntimeError, match="compiled_fullgraph_custom_op: RuntimeError: operation"):
-        tradeoff.tradeoff_verdict(run, rows)
-    assert run.rec.written == [], "a failed verdict writes no summary: the run did not finish"
-    rows[-1] = _variant("compiled_fullgraph_custom_op", tradeoff.NO_CUDA)
-    assert "SKIPPED (no CUDA device here)" in tradeoff.tradeoff_verdict(run, rows)
-    assert [r["kind"] for r in run.rec.written] == ["summary"]
-
-
-def test_the_verdict_states_each_variants_launch_overhead_share_when_replayed(isolated_outputs):
-    run = _tradeoff_run()
-    rows = [
-        _variant(name, "ok", cuda_graph_median_ms=ms, launch_overhead_share=1.0 - ms)
-        for name, ms in zip(tradeoff.VARIANTS, (0.25, 0.5, 0.9), strict=True)
-    ]
-    assert tradeoff.launch_overhead_share(rows[0]) == pytest.approx(0.75)
-    verdict = tradeoff.tradeoff_verdict(run, rows)
-    assert "eager 0.250 ms (launch overhead 75% of its step)" in verdict
-    assert "compiled_fullgraph_custom_op 0.900 ms (launch overhead 10% of its step)" in verdict
 
 
 def test_custom_op_passes_opcheck_and_matches_the_reference_layout():

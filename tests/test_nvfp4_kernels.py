@@ -392,6 +392,11 @@ def test_summary_of_notebook_06_records():
         "SNR dB NVFP4 / MXFP4 / FP8 per-tensor: normal: 20.0 / 18.0 / 30.0; "
         "public quantize (compiled) at best 50% of the copy line, x.clone() (256x256, cpu); "
         "FlashInfer 0.6.13 argument-forwarding bug: present",
+        "verdict": "FAILED",
+        "number": "1 unexplained differences vs 2 independent peers; public quantize (compiled) "
+        "at best 50% of the copy line, x.clone() (256x256, cpu)",
+        "why": "fp4lab's spec-exact NVFP4 reference was cross-checked against independent peers; "
+        "not run here: flashinfer_bit_exact",
         "needs": summary.NEEDS,
         "evidence": ["reference_kernel"],
     }

@@ -9,11 +9,17 @@ SGLang's backend with a wrapped op (SGLang's counts, output equal to eager).
 
 from __future__ import annotations
 
+import ast
+import json
+import re
+
+import nbformat
 import pytest
 
-from fp4lab.core import catalog, paths, records, runner
+from fp4lab.compile import piecewise
+from fp4lab.core import catalog, paths, records, runner, venvs
 from fp4lab.serving import standins
-from fp4lab.serving.replay import decide, env, scan, study, versions
+from fp4lab.serving.replay import decide, env, scan, split_check, study, versions
 
 pytestmark = pytest.mark.environments
 STORY_SIGNATURES = ["subprocess", "file_io", "compiler_disable_under_fullgraph"]
@@ -165,3 +171,37 @@ def test_every_environment_says_where_its_torch_differs_from_the_pin(notebook_re
         site = standins.site_packages(str(env.env_dir(version) / "venv" / "bin" / "python"))
         assert not list((site / standins.KERNEL_BINARIES).rglob("*.so*")), version
         assert removed["removed"] and removed["bytes"] > 100 * 2**20, "the CUDA op libraries"
+
+
+@pytest.mark.parametrize("version", versions.TEST_VERSIONS)
+def test_sglangs_own_split_cuts_the_same_graph_into_the_same_pieces(version, tmp_path):
+    """compile.piecewise splits as the release's split_graph does, and notebook 04's token counts
+    (its CPU default and the GPU run's) are sizes the release's prefill capture list holds."""
+    built = env.ensure_env(version)
+    assert built.ok, built.error
+    child = venvs.Child(built.python, "fp4lab.serving.replay.split_check", (), f"split-{version}",
+                        f"the split check in SGLang {version}")  # fmt: skip
+    found = venvs.run_child(child, tmp_path, 300)
+    assert "error" not in found, found.get("error")
+    assert found["sglang_version"] == version
+    assert found["sglang"] == found["fp4lab"]
+    pieces = [p for p in found["sglang"] if not p["split_op"]]
+    splits = [p for p in found["sglang"] if p["split_op"]]
+    assert (len(pieces), len(splits)) == (split_check.LAYERS + 1, split_check.LAYERS)
+    assert all(p["calls"] == list(piecewise.SPLIT_OPS) for p in splits)
+    assert any(c.startswith("fp4lab.fp4_quantize") for p in pieces for c in p["calls"]), (
+        "the quantize is inside a piece"
+    )
+    assert set(_token_counts_04()) <= set(found["capture_sizes"]), found["capture_sizes"]
+
+
+def _token_counts_04() -> list[int]:
+    """Notebook 04's default token counts and those scripts/gpu.sh passes it."""
+    cells = nbformat.read(paths.NOTEBOOKS_DIR / "04_fullgraph_false_tradeoff.ipynb", 4).cells
+    [source] = [c.source for c in cells if "parameters" in c.metadata.get("tags", [])]
+    default = next(ast.literal_eval(line.split("=", 1)[1].split("#")[0])
+                   for line in source.splitlines() if line.startswith("token_counts"))  # fmt: skip
+    gpu = re.search(
+        r"token_counts=(\[[0-9,]+\])", (paths.REPO_ROOT / "scripts" / "gpu.sh").read_text()
+    )
+    return [*default, *json.loads(gpu[1])]

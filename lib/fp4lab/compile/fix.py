@@ -22,7 +22,7 @@ import torch
 
 from fp4lab.compile import target
 from fp4lab.core import probe
-from fp4lab.fp4 import nvfp4
+from fp4lab.fp4 import kernels, nvfp4
 
 OP_NAME = "fp4lab::fp4_quantize"
 _state = {"upstream_cpu_kernel": False}
@@ -32,6 +32,8 @@ FLASHINFER = "flashinfer"
 REFERENCE_DIRECT = "fp4lab reference (called directly)"
 REFERENCE_IN_OP = f"fp4lab reference (the kernel of {OP_NAME} off SM100+)"
 REFERENCE_FOR_UPSTREAM = "fp4lab reference (CPU kernel registered for flashinfer::fp4_quantize)"
+TRITON_DIRECT = "fp4lab Triton kernel (one fused launch, called directly)"
+TRITON_IN_OP = f"fp4lab Triton kernel (one fused launch, the kernel of {OP_NAME} on pre-SM100 GPUs)"
 
 
 @dataclasses.dataclass
@@ -81,7 +83,7 @@ def same_code(a: str | None, b: str | None) -> bool:
     """Whether two kernel names are one implementation: FlashInfer's, or fp4lab's reference
     however it was called."""
     family = {k: "reference" for k in (REFERENCE_DIRECT, REFERENCE_IN_OP, REFERENCE_FOR_UPSTREAM)}
-    family[FLASHINFER] = FLASHINFER
+    family |= {TRITON_DIRECT: "triton", TRITON_IN_OP: "triton", FLASHINFER: FLASHINFER}
     return a in family and b in family and family[a] == family[b]
 
 
@@ -96,6 +98,33 @@ def reference_fp4_quantize(
     return codes, scales.view(torch.uint8).reshape(nvfp4.swizzled_shape(m, k // 16))
 
 
+def triton_fp4_quantize(
+    x: torch.Tensor, global_scale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """``reference_fp4_quantize``'s contract in one fused Triton launch (bit-equal to it: notebook 06)."""
+    m, k = x.shape
+    codes, scales, _ = kernels.triton_quantize(
+        x, global_scale if global_scale is not None else 1.0, swizzle=True
+    )
+    return codes, scales.view(torch.uint8).reshape(nvfp4.swizzled_shape(m, k // 16))
+
+
+def fused_capable(device: torch.device) -> bool:
+    """Whether fp4lab's fused Triton kernel runs on ``device`` (a CUDA GPU with Triton)."""
+    return device.type == "cuda" and kernels.triton_available() is None
+
+
+def direct_quantize(device: torch.device) -> tuple[str, Callable]:
+    """The quantize kernel a layer calls directly on ``device``, with its name: FlashInfer's on
+    SM100+, fp4lab's fused Triton kernel on other CUDA GPUs (one launch, as FlashInfer's), the
+    reference elsewhere."""
+    if fp4_capable(device):
+        return FLASHINFER, target.fp4_quantize
+    if fused_capable(device):
+        return TRITON_DIRECT, triton_fp4_quantize
+    return REFERENCE_DIRECT, reference_fp4_quantize
+
+
 def fp4_capable(device: torch.device) -> bool:
     """Whether FlashInfer's FP4 kernel runs on ``device`` (a real CUDA GPU of SM100 or newer)."""
     return device.type == "cuda" and torch.cuda.get_device_capability(device) >= probe.FP4_MIN_SM
@@ -105,13 +134,16 @@ def fp4_capable(device: torch.device) -> bool:
 def _fp4_quantize_op(
     x: torch.Tensor, global_scale: torch.Tensor | None, sf_vec_size: int = 16
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """FlashInfer's kernel where the device runs it; elsewhere (CPU, pre-Blackwell GPUs) the nvfp4 reference."""
+    """FlashInfer's kernel where the device runs it; fp4lab's fused Triton kernel on other CUDA
+    GPUs; the nvfp4 reference elsewhere (CPU)."""
     if fp4_capable(x.device):
         return _ran(FLASHINFER, target.FLASHINFER_FP4_QUANTIZE(x, global_scale, sf_vec_size))
     if sf_vec_size != 16:
         raise ValueError(
-            f"sf_vec_size={sf_vec_size} is not allowed for the reference kernel; allowed values: 16"
+            f"sf_vec_size={sf_vec_size} is not allowed for fp4lab's kernels; allowed values: 16"
         )
+    if fused_capable(x.device):
+        return _ran(TRITON_IN_OP, triton_fp4_quantize(x, global_scale))
     return _ran(REFERENCE_IN_OP, reference_fp4_quantize(x, global_scale))
 
 

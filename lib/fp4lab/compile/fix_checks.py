@@ -58,11 +58,7 @@ def opcheck(run: Story) -> dict:
 def _eager(run: Story) -> tuple[torch.Tensor, fix.Observed]:
     """The segment with the quantize kernel the op would run, called eagerly (same weights: same
     seed); the output and what ran."""
-    kernel, quantize = (
-        (fix.FLASHINFER, target.fp4_quantize)
-        if fix.fp4_capable(run.x.device)
-        else (fix.REFERENCE_DIRECT, fix.reference_fp4_quantize)
-    )
+    kernel, quantize = fix.direct_quantize(run.x.device)
     with torch.no_grad(), fix.observing() as seen:
         out = segment.Stack(run.shape, run.layers, quantize=fix.reporting(kernel, quantize))(run.x)
     return out, seen

@@ -9,34 +9,43 @@ from fp4lab.core import evidence, figures, records
 
 
 def plot_tradeoff(rows: list[dict]) -> object:
-    """Median step time per variant (error bars p10-p90), compiled-graph runs per step on each bar."""
+    """With GPU timings: ms per step against token count, one line per variant. Without: the
+    piece structure of each compiled variant at the largest token count (per step: dynamo graph
+    runs, piece runs, eager islands, piece runs that met other weights than at their capture)."""
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(7, 3.6))
-    names = [r["variant"] for r in rows]
-    medians = [r["step_median_ms"] for r in rows]
-    errors = [
-        [m - r["step_p10_ms"] for m, r in zip(medians, rows, strict=True)],
-        [r["step_p90_ms"] - m for m, r in zip(medians, rows, strict=True)],
-    ]
-    bars = ax.bar(
-        names, medians, yerr=errors, capsize=4, color=["0.6", "tab:red", "tab:green"][: len(rows)]
-    )
-    for bar, r in zip(bars, rows, strict=True):
-        label = "no graphs" if r["variant"] == "eager" else f"{r['graph_calls']} graph runs/step"
-        ax.annotate(
-            label,
-            (bar.get_x() + bar.get_width() / 2, bar.get_height()),
-            ha="center",
-            va="bottom",
-            fontsize=8,
-            xytext=(0, 3),
-            textcoords="offset points",
-        )
+    fig, ax = plt.subplots(figsize=(7.5, 3.6))
     first = rows[0]
-    ax.set_ylabel("ms per step (median)")
-    ax.set_title(f"{first['layers']} FP4 layers; quantize kernel: {first['kernel']}", fontsize=10)
-    ax.margins(y=0.2)
+    if any(r.get("ms_median") for r in rows):
+        for variant in dict.fromkeys(r["variant"] for r in rows):
+            mine = sorted((r for r in rows if r["variant"] == variant), key=lambda r: r["tokens"])
+            ax.errorbar(
+                [r["tokens"] for r in mine], [r["ms_median"] for r in mine],
+                yerr=[[r["ms_median"] - r["ms_p10"] for r in mine], [r["ms_p90"] - r["ms_median"] for r in mine]],
+                label=mine[0]["label"], marker="o", capsize=3,
+            )  # fmt: skip
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per step (SGLang's prefill capture sizes)")
+        ax.set_ylabel("ms per step (median, p10-p90)")
+        ax.legend(fontsize=7)
+    else:
+        largest = max(r["tokens"] for r in rows)
+        compiled = [r for r in rows if r["tokens"] == largest and r["capture_mode"] == "piecewise"]
+        measures = (
+            ("graph_runs_per_step", "dynamo graph runs"), ("piece_runs_per_step", "piece runs"),
+            ("eager_islands_per_step", "eager islands"), ("moved_weights", "weights moved since capture"),
+        )  # fmt: skip
+        width = 0.8 / len(compiled)
+        for i, r in enumerate(compiled):
+            positions = [j + i * width for j in range(len(measures))]
+            bars = ax.bar(positions, [r[key] for key, _ in measures], width, label=r["label"])
+            ax.bar_label(bars, fontsize=7)
+        ax.set_xticks([j + width * (len(compiled) - 1) / 2 for j in range(len(measures))])
+        ax.set_xticklabels([label for _, label in measures], fontsize=8)
+        ax.set_ylabel(f"per step, {largest} tokens")
+        ax.legend(fontsize=7)
+        ax.margins(y=0.2)
+    ax.set_title(f"{first['layers']} FP4 layers; quantize kernel: {first['kernel']}", fontsize=9)
     fig.tight_layout()
     return fig
 

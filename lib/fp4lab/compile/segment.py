@@ -5,7 +5,10 @@ points: RMSNorm, attention projections, the dense MLP, with the MLP's activation
 quantized through an injected ``quantize(x, global_scale) -> (codes, scales)`` (FlashInfer's
 call, the story's patched variants, or the custom-op fix) and multiplied through a
 dequantize-then-matmul stand-in for the FP4 GEMM. Attention is plain multi-head SDPA, not
-GLM-5's MLA/DSA: the blocker lives in the MLP's quantize call, not in attention.
+GLM-5's MLA/DSA: the blocker lives in the MLP's quantize call, not in attention. With
+``split_attention`` it runs as ``fp4lab::attention``, a custom op that writes into an output
+buffer the layer allocates, as SGLang's ``unified_attention_with_output``: the op a piecewise
+runner splits the graph at (``compile.piecewise``).
 """
 
 from __future__ import annotations
@@ -90,13 +93,38 @@ class FP4MLP(nn.Module):
         return h_fp4 @ self.down.t()
 
 
+def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torch.Tensor:
+    """[tokens, heads, dim] in, [tokens, heads * dim] out: causal multi-head SDPA."""
+    out = nn.functional.scaled_dot_product_attention(
+        q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
+    )
+    return out.transpose(0, 1).reshape(q.shape[0], -1)
+
+
+@torch.library.custom_op("fp4lab::attention", mutates_args=("output",))
+def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor) -> None:
+    """Causal attention written into ``output`` (the split op: its fake writes nothing)."""
+    output.copy_(_causal_attention(q, k, v))
+
+
+@attention.register_fake
+def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor) -> None:
+    return None
+
+
 class Layer(nn.Module):
     """One decoder layer: the segment a piecewise runner compiles as one graph."""
 
     def __init__(
-        self, shape: LayerShape, quantize: Quantize, generator: torch.Generator, dtype: torch.dtype
+        self,
+        shape: LayerShape,
+        quantize: Quantize,
+        generator: torch.Generator,
+        dtype: torch.dtype,
+        split_attention: bool = False,
     ) -> None:
         super().__init__()
+        self.split_attention = split_attention
         self.heads = shape.heads
         self.attn_norm, self.mlp_norm = RMSNorm(shape.hidden), RMSNorm(shape.hidden)
         self.qkv = nn.Parameter(
@@ -114,10 +142,12 @@ class Layer(nn.Module):
             .view(tokens, 3, self.heads, hidden // self.heads)
             .unbind(1)
         )
-        attn = nn.functional.scaled_dot_product_attention(
-            q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), is_causal=True
-        )
-        x = x + attn.transpose(0, 1).reshape(tokens, hidden) @ self.o.t()
+        if self.split_attention:
+            attn = torch.empty_like(x)
+            torch.ops.fp4lab.attention(q, k, v, attn)
+        else:
+            attn = _causal_attention(q, k, v)
+        x = x + attn @ self.o.t()
         return x + self.mlp(self.mlp_norm(x))
 
 
@@ -132,10 +162,13 @@ class Stack(nn.Module):
         *,
         seed: int = 0,
         dtype: torch.dtype = torch.bfloat16,
+        split_attention: bool = False,
     ) -> None:
         super().__init__()
         generator = torch.Generator().manual_seed(seed)
-        self.layers = nn.ModuleList(Layer(shape, quantize, generator, dtype) for _ in range(layers))
+        self.layers = nn.ModuleList(
+            Layer(shape, quantize, generator, dtype, split_attention) for _ in range(layers)
+        )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         for layer in self.layers:

@@ -22,6 +22,7 @@ PARAMETERS = (
     "backend",
     "backends",
     "tokens",
+    "token_counts",
     "heads",
     "hidden",
     "ffn",
@@ -55,8 +56,12 @@ class Story:
         return segment.Stack(self.shape, self.layers, quantize=target.fp4_quantize)
 
     def describe(self) -> str:
-        """``4 layers of LayerShape(...), 64 tokens, on cpu``."""
-        return f"{self.layers} layers of {self.shape}, {self.x.shape[0]} tokens, on {self.x.device}"
+        """``4 layers of LayerShape(...), 64 tokens, on cpu`` (every token count where several)."""
+        tokens = self.params.get("token_counts") or [self.x.shape[0]]
+        return (
+            f"{self.layers} layers of {self.shape}, {', '.join(map(str, tokens))} tokens, "
+            f"on {self.x.device}"
+        )
 
 
 def _nonempty_text(name: str, value: object) -> None:
@@ -85,6 +90,8 @@ def check(**parameters: object) -> dict:
     for name in ("tokens", "heads"):
         if name in p:
             params.positive(name, p[name])
+    if "token_counts" in p:
+        params.positive_list("token_counts", p["token_counts"])
     if "hidden" in p:
         params.multiple_of("hidden", p["hidden"], 16 * p["heads"])
     if "ffn" in p:
@@ -107,5 +114,6 @@ def prepare(notebook: str, **parameters: object) -> Story:
         shape = segment.LayerShape.glm5(recorded["scale"])
     else:
         shape = segment.LayerShape(recorded["hidden"], recorded["heads"], recorded["ffn"])
-    x = segment.tokens_input(shape, recorded["tokens"], device=recorded.get("device", "cpu"))
+    tokens = recorded["tokens"] if "tokens" in recorded else recorded["token_counts"][0]
+    x = segment.tokens_input(shape, tokens, device=recorded.get("device", "cpu"))
     return Story(records.Recorder(notebook, recorded), sm, shape, recorded.get("layers", 1), x)

@@ -73,6 +73,19 @@ def positive(name: str, value: object) -> None:
         raise ValueError(f"{name}={value!r} must be a positive integer")
 
 
+def positive_list(name: str, value: object) -> None:
+    """``value`` must be a non-empty list of distinct positive integers."""
+    if (
+        not isinstance(value, (list, tuple))
+        or not value
+        or any(isinstance(v, bool) or not isinstance(v, int) or v <= 0 for v in value)
+        or len(set(value)) != len(value)
+    ):
+        raise ValueError(
+            f"{name}={value!r} is not allowed; allowed values: a list of distinct positive integers"
+        )
+
+
 def multiple_of(name: str, value: int, base: int) -> None:
     """``value`` must be a positive multiple of ``base``."""
     positive(name, value)

@@ -44,12 +44,16 @@ def _of(rows: list[dict], kind: str) -> list[dict]:
 
 
 def _tradeoff(rows: list[dict]) -> str:
+    """Notebook 04 on a GPU: per token count under piecewise capture (records with a
+    ``capture_mode``), or, in runs made before it was measured that way, whole-step replay."""
+    variants = _of(rows, "variant")
+    if "capture_mode" in variants[0]:
+        return _piecewise(variants)
     names = {
         "eager": "eager",
         "compiled_with_breaks": "fullgraph=False with breaks",
         "compiled_fullgraph_custom_op": "one graph with the custom op",
     }
-    variants = _of(rows, "variant")
     steps = ", ".join(f"{names[v['variant']]} {v['step_median_ms']:.2f} ms" for v in variants)
     text = f"{variants[0]['layers']} FP4 layers, step without CUDA graphs: {steps}"
     replayed = [v for v in variants if v["cuda_graph_capture"] == "ok"]
@@ -65,6 +69,24 @@ def _tradeoff(rows: list[dict]) -> str:
     failed = [v["variant"] for v in variants if v["cuda_graph_capture"] != "ok"]
     text += f"; capture failed or skipped: {', '.join(failed)}" if failed else ""
     return f"{text}; quantize kernel: {variants[0]['kernel']}"
+
+
+def _piecewise(variants: list[dict]) -> str:
+    parts = []
+    for tokens in sorted({v["tokens"] for v in variants}):
+        mine = [v for v in variants if v["tokens"] == tokens]
+        parts.append(f"{tokens} tokens: " + ", ".join(
+            f"{v['label']} {v['ms_median']:.2f} ms" if v.get("ms_median") else f"{v['label']} {v['capture']}"
+            for v in mine
+        ))  # fmt: skip
+    wrong = [
+        f"{v['label']} at {v['tokens']}" for v in variants if v.get("matches_uncaptured") is False
+    ]
+    return (
+        f"{variants[0]['layers']} FP4 layers, ms per step: {'; '.join(parts)}; full replays "
+        f"differing from the uncaptured run: {', '.join(wrong) or 'none'}; quantize kernel: "
+        f"{variants[0]['kernel']}"
+    )
 
 
 def _kernels(rows: list[dict]) -> str:
@@ -169,6 +191,25 @@ def tradeoff_figure() -> object | None:
     _, rows = found[-1]
     variants = _of(rows, "variant")
     fig, ax = plt.subplots(figsize=(8, 3.2))
+    prov = rows[-1]["provenance"]
+    annotate_provenance(fig, prov, evidence.of_values(variants))
+    if "capture_mode" in variants[0]:
+        for label in dict.fromkeys(v["label"] for v in variants):
+            mine = sorted((v for v in variants if v["label"] == label and v.get("ms_median")),
+                          key=lambda v: v["tokens"])  # fmt: skip
+            ax.plot(
+                [v["tokens"] for v in mine], [v["ms_median"] for v in mine], marker="o", label=label
+            )
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("tokens per step")
+        ax.set_ylabel(f"ms per step, {variants[0]['layers']} FP4 layers")
+        ax.set_title(
+            f"fullgraph=False under piecewise capture on {prov['device']} (SM{prov['sm']})",
+            fontsize=10,
+        )
+        ax.legend(fontsize=7)
+        fig.tight_layout()
+        return fig
     for offset, (key, label) in enumerate(
         (("step", "no CUDA graph"), ("cuda_graph", "one whole-step CUDA graph (decode-style)"))
     ):
@@ -182,10 +223,8 @@ def tradeoff_figure() -> object | None:
     ax.set_yticks([i + 0.19 for i in range(len(variants))])
     ax.set_yticklabels(VARIANT_LABELS.get(v["variant"], v["variant"]) for v in variants)
     ax.invert_yaxis()
-    prov = rows[-1]["provenance"]
     ax.set_xlabel(f"ms per step, {variants[0]['layers']} FP4 layers (median, p10-p90)")
     ax.set_title(f"What fullgraph=False costs on {prov['device']} (SM{prov['sm']})", fontsize=10)
     ax.legend(fontsize=7, loc="lower right")
-    annotate_provenance(fig, prov, evidence.of_values(variants))
     fig.tight_layout()
     return fig
