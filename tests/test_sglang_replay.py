@@ -155,8 +155,13 @@ def test_later_releases_take_sglangs_wrapped_op_everywhere(notebook_records):
     decisions = {(r["sglang_version"], r["sm"]): r for r in _of(notebook_records, "decision")}
     assert decisions[("0.5.21", "12.0")]["outcome"] == "compiles"
     assert decisions[("0.5.21", "12.0")]["flag"] == "--cuda-graph-backend-prefill tc_piecewise"
+    assert decisions[("0.5.21", "12.0")]["glm5_auto_disabled"] == {
+        "disabled": False,
+        "from": "sglang.srt.configs.model_config.is_piecewise_cuda_graph_disabled_model",
+    }
     assert decisions[("0.5.9", "12.0")]["outcome"] == "blocked"
     assert decisions[("0.5.9", "12.0")]["flag"] == "--enable-piecewise-cuda-graph"
+    assert decisions[("0.5.9", "12.0")]["glm5_auto_disabled"] == {"disabled": False, "from": None}
     assert decisions[("0.5.9", "9.0")]["outcome"] == "not traceable here"
     assert _of(notebook_records, "figure") == [{"written": True}]
 
@@ -205,3 +210,46 @@ def _token_counts_04() -> list[int]:
         r"token_counts=(\[[0-9,]+\])", (paths.REPO_ROOT / "scripts" / "gpu.sh").read_text()
     )
     return [*default, *json.loads(gpu[1])]
+
+
+def _option(
+    flag: str, help: str = "", choices: list[str] | None = None, default: str | None = None
+) -> dict:
+    return {"options": [flag], "help": help, "choices": choices, "default": default}
+
+
+def test_the_glm5_flags_follow_each_releases_parser_and_auto_disable_rule():
+    """Shaped like the releases' own parsers (0.5.9, 0.5.12, 0.5.21, 0.5.23); the notebook's
+    test above reads the real ones."""
+    enable = _option(
+        "--enable-piecewise-cuda-graph", "Optimize the model with piecewise cuda graph"
+    )
+    assert decide.glm5_flags([enable], False) == (
+        ["--enable-piecewise-cuda-graph"],
+        "off unless enabled",
+    )
+    deprecated = _option(
+        "--enable-piecewise-cuda-graph", "Deprecated: Piecewise cuda graph is enabled by default."
+    )
+    enforce = _option(
+        "--enforce-piecewise-cuda-graph",
+        "Enforce piecewise cuda graph, skipping all auto-disable conditions.",
+    )
+    flags, how = decide.glm5_flags([deprecated, enforce], True)
+    assert flags == ["--enforce-piecewise-cuda-graph"] and "auto-disable list" in how
+    assert decide.glm5_flags([deprecated, enforce], False)[0] == [], "on by default"
+    assert decide.glm5_flags([deprecated], True)[0] is None, "disabled and nothing overrides it"
+    prefill = _option(
+        "--cuda-graph-backend-prefill", choices=["full", "breakable", "tc_piecewise", "disabled"]
+    )
+    assert decide.glm5_flags([prefill], False)[0] == [
+        "--cuda-graph-backend-prefill",
+        "tc_piecewise",
+    ]
+    gone = _option("--cuda-graph-backend-prefill", choices=["full", "breakable", "disabled"])
+    flags, how = decide.glm5_flags([gone], False)
+    assert flags is None and how.startswith("the release removed torch.compile piecewise graphs")
+    row = decide.cell(
+        "0.5.23", "12.0", {"implementation": "sglang_op", "piecewise_options": [gone]}, {}
+    )
+    assert (row["outcome"], row["flag"]) == ("not applicable", "none reaches it")

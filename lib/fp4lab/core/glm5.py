@@ -3,6 +3,9 @@ scale down, in one place for every concern."""
 
 from __future__ import annotations
 
+ARCHITECTURE = "GlmMoeDsaForCausalLM"
+"""The architecture name GLM-5's config gives SGLang (``architectures`` in config.json)."""
+
 HIDDEN, HEADS, DENSE_FFN, LAYERS = 6144, 64, 12288, 78
 """Hidden size, attention heads, dense FFN width, layers."""
 

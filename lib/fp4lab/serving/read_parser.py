@@ -24,7 +24,7 @@ class _Captured(BaseException):
 
 
 def describe(parser: argparse.ArgumentParser) -> list[dict]:
-    """Every optional argument: its spellings, whether it takes a value, its choices and help."""
+    """Every optional argument: its spellings, whether it takes a value, its choices, default and help."""
     options = []
     for action in parser._actions:
         if not action.option_strings or isinstance(action, argparse._HelpAction):
@@ -37,6 +37,9 @@ def describe(parser: argparse.ArgumentParser) -> list[dict]:
                 "nargs": action.nargs if isinstance(action.nargs, (int, str)) else None,
                 "choices": [str(c) for c in action.choices] if action.choices else None,
                 "help": str(action.help or "") if action.help is not argparse.SUPPRESS else "",
+                "default": None
+                if action.default in (None, argparse.SUPPRESS)
+                else str(action.default),
             }
         )
     return options

@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from fp4lab.compile import fix, segment, stages, target
-from fp4lab.core import evidence, probe
+from fp4lab.core import evidence, glm5, probe
 from fp4lab.serving import read_parser
 from fp4lab.serving.replay import inside, quantize
 
@@ -119,6 +119,31 @@ def piecewise_options() -> list[dict]:
     ]
 
 
+AUTO_DISABLE = (
+    ("sglang.srt.configs.model_config", "is_piecewise_cuda_graph_disabled_model"),
+    ("sglang.srt.configs.model_config", "piecewise_cuda_graph_disabled_model_archs"),
+)
+"""Where a release decides that a model architecture gets no piecewise CUDA graphs unless
+enforced: its function, else its list (releases before 0.5.1x have neither)."""
+
+
+def glm5_auto_disabled() -> dict:
+    """Whether the release's own auto-disable rule turns piecewise graphs off for GLM-5's
+    architecture, and which of its names said so (``None``: the release has no such rule)."""
+    import importlib
+
+    for module, name in AUTO_DISABLE:
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if callable(found):
+            return {"disabled": bool(found([glm5.ARCHITECTURE])), "from": f"{module}.{name}"}
+        if found is not None:
+            return {"disabled": glm5.ARCHITECTURE in found, "from": f"{module}.{name}"}
+    return {"disabled": False, "from": None}
+
+
 def select(sm: tuple[int, int]) -> dict:
     """SGLang's NVFP4 linear quantize as imported on a simulated GPU of ``sm``, and that path
     compiled through SGLang (torch claims the GPU during the import only: SGLang reads the SM
@@ -139,6 +164,7 @@ def select(sm: tuple[int, int]) -> dict:
     chosen.pop("callable")
     try:
         chosen["piecewise_options"] = piecewise_options()
+        chosen["glm5_auto_disabled"] = glm5_auto_disabled()
     except Exception as exc:  # recorded: the parser could not be built here
         chosen["piecewise_options_error"] = f"{type(exc).__name__}: {exc}"
     return {

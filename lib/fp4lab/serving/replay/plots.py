@@ -7,8 +7,8 @@ from pathlib import Path
 
 from fp4lab.core import evidence, figures, records
 
-COLOURS = {"blocked": "#d62728", "compiles": "#2ca02c", "not traceable here": "#bbbbbb",
-           "not measured": "#eeeeee"}  # fmt: skip
+COLOURS = {"blocked": "#d62728", "compiles": "#2ca02c", "not applicable": "#9edae5",
+           "not traceable here": "#bbbbbb", "not measured": "#eeeeee"}  # fmt: skip
 SHORT = {"flashinfer_direct": "flashinfer.fp4_quantize", "sglang_op": "sglang op",
          "sgl_kernel_op": "sgl_kernel op", "none": "none", "other": "other"}  # fmt: skip
 
@@ -52,7 +52,7 @@ def plot_decision(rows: list[dict]) -> object:
             detail += f"\n{through}{r['graphs']} graph / {r['piecewise_graphs']} piecewise"
         ax.text(x + 0.48, y + 0.45, f"{SHORT.get(r['quantize'], r['quantize'])}\n{detail}",
                 ha="center", va="center", fontsize=7)  # fmt: skip
-    flags = {r["sglang_version"]: r["flag"].split(" (")[0] for r in rows}
+    flags = {r["sglang_version"]: f"GLM-5: {r['flag']}" for r in rows}
     ax.set_xlim(0, len(sm_list))
     ax.set_ylim(len(version_list), 0)
     ax.set_xticks([i + 0.48 for i in range(len(sm_list))], [f"SM{s}" for s in sm_list])

@@ -135,15 +135,17 @@ def measure_and_record(rec: records.Recorder, replay_sm: str = versions.STORY_SM
 
 
 def verdict(rows: list[dict]) -> str:
-    """One line per (version, SM): outcome, where blocked, through which op it compiles, the flag."""
+    """One line per (version, SM): outcome, where blocked, through which op it compiles, the
+    options a GLM-5 user needs."""
     lines = []
     for r in rows:
         how = f"blocked at {r['blocked_at']}" if r["outcome"] == "blocked" else r["outcome"]
+        how += f" ({r['note']})" if r["outcome"] == "not applicable" else ""
         through = f"; compiles through {r['compiles_through']}" if r["compiles_through"] else ""
         counts = (f" ({r['graphs']} graph, {r['piecewise_graphs']} piecewise)"
                   if r["graphs"] is not None else "")  # fmt: skip
         lines.append(f"SGLang {r['sglang_version']} SM{r['sm']}: quantize {r['quantize']}, {how}"
-                     f"{through}{counts}; flag: {r['flag']}")  # fmt: skip
+                     f"{through}{counts}; GLM-5 flag: {r['flag']}")  # fmt: skip
     specific = decide.sm120_specific(rows, versions.STORY_VERSION)
     if specific is not None:
         lines.append(f"the story's crash path was SM120-specific in SGLang {versions.STORY_VERSION}: "
