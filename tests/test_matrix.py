@@ -183,6 +183,8 @@ def test_09_measures_two_versions_with_the_forwarding_detector(run_notebook):
     [summary] = [r["values"] for r in rows if r["kind"] == "summary"]
     assert summary["verdict_ranges"]["compiles, wrong arguments forwarded"] == PAIR[:1]
     assert summary["verdict_ranges"]["unblocked through the upstream op"] == PAIR[1:]
+    assert (summary["verdict"], summary["evidence"]) == ("UNBLOCKED", ["trace", "simulated_target"])
+    assert summary["number"].startswith(f"FlashInfer's own op unblocks from {PAIR[1]}")
     assert (summary["story_decision_holds_up_to"], summary["upstream_op_unblocks_from"]) == tuple(
         PAIR
     )

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from fp4lab.compile.matrix.env import TRACE_TIMEOUT_S, child, ensure_env, read_child
 from fp4lab.compile.matrix.result import VERDICTS, VersionResult, summarize_versions
 from fp4lab.compile.matrix.versions import DEFAULT_VERSIONS, check_released, check_versions
-from fp4lab.core import paths, records, venvs
+from fp4lab.core import evidence, paths, records, venvs
 
 
 def measure_versions(
@@ -65,6 +65,7 @@ def measure_and_record(rec: records.Recorder) -> list[VersionResult]:
     measured = [r for r in results if r.target]
     rec.summary(
         **summary,
+        evidence=evidence.of_values([row for r in results for row in r.chain]),
         provenance={
             "target": measured[0].target if measured else None,
             "packages": {"flashinfer-python": ", ".join(summary["versions_measured"])},
