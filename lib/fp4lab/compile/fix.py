@@ -87,26 +87,28 @@ def same_code(a: str | None, b: str | None) -> bool:
     return a in family and b in family and family[a] == family[b]
 
 
+def _flashinfer_layout(
+    quantize: Callable, x: torch.Tensor, global_scale: torch.Tensor | None
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """One of fp4lab's quantize kernels (``nvfp4.quantize``'s contract, swizzled) in FlashInfer's
+    output layout: codes [M, K/2], swizzled scales [M↑128, S↑4] uint8."""
+    m, k = x.shape
+    codes, scales, _ = quantize(x, global_scale if global_scale is not None else 1.0, swizzle=True)
+    return codes, scales.view(torch.uint8).reshape(nvfp4.swizzled_shape(m, k // 16))
+
+
 def reference_fp4_quantize(
     x: torch.Tensor, global_scale: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """fp4lab.fp4.nvfp4's quantize in FlashInfer's output layout: codes [M, K/2], swizzled scales [M↑128, S↑4] uint8."""
-    m, k = x.shape
-    codes, scales, _ = nvfp4.reference_quantize(
-        x, global_scale if global_scale is not None else 1.0, swizzle=True
-    )
-    return codes, scales.view(torch.uint8).reshape(nvfp4.swizzled_shape(m, k // 16))
+    """fp4lab.fp4.nvfp4's reference quantize in FlashInfer's output layout."""
+    return _flashinfer_layout(nvfp4.reference_quantize, x, global_scale)
 
 
 def triton_fp4_quantize(
     x: torch.Tensor, global_scale: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
     """``reference_fp4_quantize``'s contract in one fused Triton launch (bit-equal to it: notebook 06)."""
-    m, k = x.shape
-    codes, scales, _ = kernels.triton_quantize(
-        x, global_scale if global_scale is not None else 1.0, swizzle=True
-    )
-    return codes, scales.view(torch.uint8).reshape(nvfp4.swizzled_shape(m, k // 16))
+    return _flashinfer_layout(kernels.triton_quantize, x, global_scale)
 
 
 def fused_capable(device: torch.device) -> bool:
