@@ -29,7 +29,8 @@ def _summary_line(notebook: str, label: str) -> str:
     if "verdict" not in v:
         return f"- {label} ({where}): {v['status']}; {v['headline']}."
     levels = ", ".join(v.get("evidence") or []) or "a timing"
-    return f"- {label}: **{v['verdict']}**, {v['number']} ({levels} on {where}). {v['why']}."
+    why = v["why"][:1].upper() + v["why"][1:]
+    return f"- {label}: **{v['verdict']}**, {v['number']} ({levels} on {where}). {why}."
 
 
 def _story_line() -> str:
