@@ -14,7 +14,7 @@ from fp4lab.core import bundle, probe, records, venvs
 
 SMALL = [
     f"--param={p}"
-    for p in ("scale=64", "layers=2", "tokens=16", "backend=eager", "warmup=1", "iters=3",
+    for p in ("scale=64", "layers=2", "token_counts=[16]", "backend=eager", "warmup=1", "iters=3",
               "shapes=[[64,256]]", "throughput_shapes=[[128,256]]", "throughput_iters=2")
 ]  # fmt: skip
 """Notebooks 04 and 06 at test size: the bundle's mechanics, not its measurements."""
