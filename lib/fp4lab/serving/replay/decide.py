@@ -82,6 +82,10 @@ def cell(version: str, sm: str, selection: dict, replay: dict) -> dict:
     if kind == "sgl_kernel_op" and not selection.get("op_exists"):
         return {**row, "outcome": "not traceable here",
                 "note": "sgl_kernel's op library is a CUDA-only binary: its op does not exist on CPU"}  # fmt: skip
+    if not chain:
+        return {**row, "outcome": "not traceable here",
+                "note": f"{selection.get('object')} ({kind}) was not traced: fp4lab traces FlashInfer's "
+                "function and registered ops"}  # fmt: skip
     if final.get("signature") == "ok":
         counter = final.get("sglang_counter", {})
         return {**row, "outcome": "compiles", "compiles_through": selection.get("object"),
