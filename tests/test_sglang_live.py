@@ -16,7 +16,7 @@ import torch.distributed as dist
 
 from fp4lab.comm.allreduce import mscclpp_api
 from fp4lab.comm.allreduce import params as allreduce_params
-from fp4lab.core import probe, process, records
+from fp4lab.core import probe, process
 from fp4lab.serving import bench, cli, config, live, logs, sglang_env
 
 pytestmark = [pytest.mark.serving, pytest.mark.environments]
@@ -50,42 +50,6 @@ def fake_python(tmp_path: Path) -> str:
     )
     launcher.chmod(0o755)
     return str(launcher)
-
-
-def test_the_real_server_serves_the_tiny_model_on_cpu_and_leaves_nothing(
-    env, tmp_path, isolated_outputs
-):
-    rec = records.Recorder("sglang_cpu", {"version": env.version})
-    result = live.smoke(tmp_path, recorder=rec)
-    assert 1 < result.ready_after_s < 600
-    assert len(result.pids) >= 3, "SGLang starts a scheduler and a detokenizer beside the server"
-    assert result.left_behind == [] and process.members(result.pids[0]) == []
-    generated, completed = result.requests
-    assert generated["text"] and generated["completion_tokens"] == 8 and generated["seconds"] > 0
-    assert completed["text"] and completed["completion_tokens"] == 8
-    [row] = result.serving
-    assert row["completed"] == 4 and row["output_throughput"] > 0
-    assert row["median_ttft_ms"] > 0 and row["median_itl_ms"] > 0
-    assert result.one_batch[0]["batch_size"] == 1 and result.one_batch[0]["latency"] > 0
-    assert result.resolved["device"] == "cpu"
-    assert result.resolved["max_total_tokens"] == live.MAX_TOTAL_TOKENS
-    saved = records.read("sglang_cpu")
-    assert [r["kind"] for r in saved] == ["bench_serving", "bench_one_batch", "request", "request"]
-    for r in saved:
-        assert r["provenance"]["git"]["commit"] and r["values"]["evidence"] == ["serving"]
-        assert r["values"]["ready_after_s"] == result.ready_after_s
-    assert saved[2]["values"]["sglang_version"] == env.version
-    assert {s["name"] for s in saved[2]["values"]["standins"]} <= {
-        *(s.name for s in sglang_env.standins.STANDINS),
-        sglang_env.standins.BINARIES_REMOVED,
-    }
-    # the fake's rows may only hold fields the real clients wrote
-    assert set(fake_sglang.SERVING_ROW_FIELDS) <= set(result.written_fields["bench_serving"])
-    fake_one_batch = {"run_name", "batch_size", "input_len", "output_len", "latency", "input_throughput",
-                      "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput",
-                      "acc_length", "cache_hit_rate"}  # fmt: skip
-    assert fake_one_batch <= set(result.written_fields["bench_one_batch"])
-    assert set(bench.ONE_BATCH_METRICS) <= set(result.written_fields["bench_one_batch"])
 
 
 @pytest.mark.parametrize("module", MODULES)
@@ -172,16 +136,42 @@ def test_mscclpp_is_checked_against_the_installed_api_up_front(env, monkeypatch)
 
 
 @pytest.mark.notebook
-def test_13_serves_on_this_cpu_and_records_a_serving_verdict(env, run_notebook):
+def test_13_serves_on_this_cpu_records_a_serving_verdict_and_leaves_nothing(env, run_notebook):
+    """The real SGLang server end to end through notebook 13 (one server start for the suite):
+    requests, SGLang's own benchmark clients, teardown of every process, the fake's contract."""
     rows, executed = run_notebook("13_sglang_cpu_server", num_prompts=4, input_len=16, output_len=8)
     by_kind: dict[str, list[dict]] = {}
     for r in rows:
+        assert r["provenance"]["git"]["commit"]
         by_kind.setdefault(r["kind"], []).append(r["values"])
+    [server] = by_kind["server"]
+    assert 1 < server["ready_after_s"] < 600
+    assert len(server["pids"]) >= 3, "SGLang starts a scheduler and a detokenizer beside the server"
+    assert server["left_behind"] == [] and process.members(server["pids"][0]) == []
+    assert server["resolved"] == {"device": "cpu", "max_total_tokens": live.MAX_TOTAL_TOKENS}
+    generated, completed = by_kind["request"]
+    assert generated["text"] and generated["completion_tokens"] == 8 and generated["seconds"] > 0
+    assert completed["text"] and completed["completion_tokens"] == 8
     [serving] = by_kind["bench_serving"]
-    assert serving["completed"] == 4 and serving["median_ttft_ms"] > 0
-    assert serving["evidence"] == ["serving"] and serving["sglang_version"] == env.version
-    assert by_kind["bench_one_batch"][0]["latency"] > 0
-    assert all(r["text"] and r["completion_tokens"] == 8 for r in by_kind["request"])
+    assert serving["completed"] == 4 and serving["output_throughput"] > 0
+    assert serving["median_ttft_ms"] > 0 and serving["median_itl_ms"] > 0
+    [one_batch] = by_kind["bench_one_batch"]
+    assert one_batch["batch_size"] == 1 and one_batch["latency"] > 0
+    for v in (serving, one_batch, generated, completed):
+        assert v["evidence"] == ["serving"] and v["ready_after_s"] == server["ready_after_s"]
+    assert generated["sglang_version"] == serving["sglang_version"] == env.version
+    assert {s["name"] for s in generated["standins"]} <= {
+        *(s.name for s in sglang_env.standins.STANDINS),
+        sglang_env.standins.BINARIES_REMOVED,
+    }
+    # the fake's rows may only hold fields the real clients wrote
+    written = server["written_fields"]
+    assert set(fake_sglang.SERVING_ROW_FIELDS) <= set(written["bench_serving"])
+    fake_one_batch = {"run_name", "batch_size", "input_len", "output_len", "latency", "input_throughput",
+                      "output_throughput", "overall_throughput", "last_ttft", "last_gen_throughput",
+                      "acc_length", "cache_hit_rate"}  # fmt: skip
+    assert fake_one_batch <= set(written["bench_one_batch"])
+    assert set(bench.ONE_BATCH_METRICS) <= set(written["bench_one_batch"])
     [summary] = by_kind["summary"]
     assert (summary["verdict"], summary["evidence"]) == ("WORKS", ["serving"])
     assert summary["number"].startswith(f"{serving['output_throughput']:.1f} output tok/s")

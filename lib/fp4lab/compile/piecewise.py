@@ -32,6 +32,7 @@ import torch
 from torch import fx
 from torch._guards import detect_fake_mode
 from torch.fx.passes.split_module import split_module
+from torch.utils._pytree import tree_map
 
 SPLIT_OPS = ("fp4lab.attention",)
 """The ops a graph is split at (``str`` of the node's target, as SGLang compares them)."""
@@ -104,19 +105,11 @@ def weak_ref(tensor: torch.Tensor) -> torch.Tensor:
 
 
 def _weak_refs(output: object) -> object:
-    if isinstance(output, torch.Tensor):
-        return weak_ref(output)
-    if isinstance(output, (list, tuple)):
-        return type(output)(_weak_refs(o) for o in output)
-    return output
+    return tree_map(lambda t: weak_ref(t) if isinstance(t, torch.Tensor) else t, output)
 
 
 def _copied(output: object) -> object:
-    if isinstance(output, torch.Tensor):
-        return output.clone()
-    if isinstance(output, (list, tuple)):
-        return type(output)(_copied(o) for o in output)
-    return output
+    return tree_map(lambda t: t.clone() if isinstance(t, torch.Tensor) else t, output)
 
 
 def _addresses(args: tuple, positions: list[int]) -> list[int]:

@@ -28,6 +28,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import torch
+from torch.utils._pytree import tree_leaves
 
 from fp4lab.compile import fix, piecewise, segment, trace
 from fp4lab.compile.story import Story
@@ -154,11 +155,11 @@ def _piecewise(variant: str, run: Story, x: torch.Tensor, reference: torch.Tenso
 
 
 def _same(a: object, b: object) -> bool:
-    if isinstance(a, torch.Tensor):
-        return isinstance(b, torch.Tensor) and torch.equal(a, b)
-    if isinstance(a, (list, tuple)):
-        return isinstance(b, (list, tuple)) and len(a) == len(b) and all(map(_same, a, b))
-    return True
+    """Whether two outputs hold equal tensors, leaf by leaf."""
+    left, right = tree_leaves(a), tree_leaves(b)
+    return len(left) == len(right) and all(
+        torch.equal(x, y) for x, y in zip(left, right, strict=True) if isinstance(x, torch.Tensor)
+    )
 
 
 def _full(run: Story, x: torch.Tensor, reference: torch.Tensor) -> dict:

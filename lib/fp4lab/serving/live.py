@@ -178,16 +178,24 @@ def plan(*, num_prompts: int, input_len: int, output_len: int) -> Plan:
 
 def measure(plan: Plan, rec: records.Recorder) -> Smoke | None:
     """Serve the tiny model on this CPU and run the clients (``smoke``), recorded with evidence
-    "serving"; None, recorded as skipped with the reason, when the environment cannot be built."""
+    "serving", then one "server" record: its processes, any left behind, the fields SGLang's
+    clients wrote, the arguments it resolved; None, recorded as skipped with the reason, when the
+    environment cannot be built."""
     print(f"SGLang {SGLANG_VERSION}: building or reusing its environment, then serving ...")
     try:
-        return smoke(
+        result = smoke(
             plan.folder, num_prompts=plan.num_prompts, input_len=plan.input_len,
             output_len=plan.output_len, recorder=rec,
         )  # fmt: skip
     except EnvironmentUnavailable as exc:
         rec.skip("cpu_server", str(exc))
         return None
+    rec.add("server", {
+        "ready_after_s": result.ready_after_s, "pids": result.pids, "left_behind": result.left_behind,
+        "written_fields": result.written_fields,
+        "resolved": {k: result.resolved.get(k) for k in ("device", "max_total_tokens")},
+    })  # fmt: skip
+    return result
 
 
 def table(result: Smoke | None) -> pd.DataFrame:
