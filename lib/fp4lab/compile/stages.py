@@ -119,8 +119,14 @@ def applied(chosen: list[Stage]) -> Iterator[list[dict]]:
         yield [stage.as_record() for stage in chosen]
 
 
-def stage_for(outcome: trace.TraceOutcome, applied: set[str], sm: tuple[int, int]) -> Stage | None:
-    """The staged remedy for the blocker ``outcome`` shows, not applied yet; None when there is none."""
+def stage_for(
+    outcome: trace.TraceOutcome,
+    applied: set[str],
+    sm: tuple[int, int],
+    origins: tuple[str, ...] = tuple(ORIGINS),
+) -> Stage | None:
+    """The staged remedy (of one of ``origins``) for the blocker ``outcome`` shows, not applied
+    yet; None when there is none."""
     candidates: list[Stage] = []
     signature = outcome.signature
     if signature == "device_check":
@@ -133,7 +139,7 @@ def stage_for(outcome: trace.TraceOutcome, applied: set[str], sm: tuple[int, int
         f.function == "register" and "jit" in f.file for f in outcome.frames
     ):
         candidates = [BYPASSED_JIT_REGISTRY]
-    return next((s for s in candidates if s.name not in applied), None)
+    return next((s for s in candidates if s.name not in applied and s.origin in origins), None)
 
 
 def walk_blocker_chain(
@@ -143,11 +149,12 @@ def walk_blocker_chain(
     backend: str = "eager",
     until: str = "file_io",
     max_steps: int = 8,
+    origins: tuple[str, ...] = tuple(ORIGINS),
 ) -> list[dict]:
     """Trace ``fn`` under fullgraph=True, remove each blocker with its staged remedy, trace again.
 
     Stops at the ``until`` signature (the JIT's file I/O, the story's second blocker), at a
-    compiled trace, or at a blocker with no staged remedy. Each row: the stage applied
+    compiled trace, or at a blocker with no staged remedy (of ``origins``). Each row: the stage applied
     before the attempt, its origin, every stage applied so far (``stages_applied``), the
     evidence, and the outcome's record. Everything is restored after.
     """
@@ -177,7 +184,7 @@ def walk_blocker_chain(
             )
             if outcome.signature in (until, "ok"):
                 break
-            stage = stage_for(outcome, {s.name for s in so_far}, sm)
+            stage = stage_for(outcome, {s.name for s in so_far}, sm, origins)
             if stage is None:
                 rows[-1]["note"] = "no staged remedy for this blocker: the walk stops here"
                 break

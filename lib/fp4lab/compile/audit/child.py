@@ -1,11 +1,12 @@
-"""Inside one version's environment: every FP4 entry point of the installed FlashInfer audited, as JSON.
+"""Inside one version's environment: every FP4 entry point of the installed FlashInfer audited on
+one or more simulated SMs, as JSON.
 
     python -m fp4lab.compile.audit.child OUT.json --sms 12.0,10.0 [--entry-points a,b]
 
 Imports nothing that environment lacks (torch, FlashInfer and fp4lab's lib/). One row per
-(entry point, SM): an audited row carries ``run.audit``'s answers; an entry point whose inputs
-cannot be built, one this version does not have, or one whose audit raised gets a row saying
-so, and the others go on.
+(entry point, SM): an audited row carries ``run.audit``'s answer; an entry point whose inputs
+cannot be built from the table, one this version does not have, or one whose audit raised gets
+a row saying so, and the others go on.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import warnings
 from pathlib import Path
 
 from fp4lab.compile import target
-from fp4lab.compile.audit import inputs, run, surface
+from fp4lab.compile.audit import inputs, run, simulation, surface
 from fp4lab.compile.matrix.child import installed_packages
 
 
@@ -28,55 +29,54 @@ def _row(entry: surface.EntryPoint | dict, sm: str, status: str, **values: objec
     return {**about, **values, "sm": sm, "status": status}
 
 
-def audit_entry(entry: surface.EntryPoint, sms: list[tuple[int, int]]) -> list[dict]:
-    """One row per SM for one entry point (``status``: audited | no input spec | error)."""
-    names = [f"{a}.{b}" for a, b in sms]
+def call_for(entry: surface.EntryPoint, sm: tuple[int, int]) -> inputs.Call:
+    """The call an entry point is audited with on ``sm`` (SpecError: no inputs for it)."""
+    if entry.form == "op":
+        return inputs.for_schema(entry.fn, entry.name, entry.kind)
+    if entry.form == "method":
+        return inputs.for_method(entry.owner, entry.name.rsplit(".", 1)[1], entry.name,
+                                 entry.kind, sm)  # fmt: skip
+    return inputs.for_function(entry.fn, entry.name, entry.kind, sm)
+
+
+def audit_entry(entry: surface.EntryPoint, sm: tuple[int, int]) -> dict:
+    """One row for one entry point on one SM (``status``: audited | no input spec | error)."""
+    name = f"{sm[0]}.{sm[1]}"
     try:
-        args, kwargs = inputs.for_signature(entry.fn, entry.name, entry.kind)
-        build = inputs.bind(entry.fn, args, kwargs)
+        call = call_for(entry, sm)
     except inputs.SpecError as exc:
-        return [
-            _row(entry, sm, "no input spec", verdict="no input spec", reason=str(exc))
-            for sm in names
-        ]
-    rows = []
-    for sm, name in zip(sms, names, strict=True):
-        try:
-            found = run.audit(entry.fn, build, sm, op=f"flashinfer::{entry.name}")
-            found.pop("sm")
-            found["simulated"] = not target.real_fp4_gpu()  # the SM was staged, needed or not
-        except Exception as exc:  # one entry point's failure must not stop the others
-            rows.append(
-                _row(entry, name, "error", verdict="error", reason=f"{type(exc).__name__}: {exc}")
-            )
-            continue
-        rows.append(
-            _row(entry, name, "audited", verdict=found["target"]["verdict"], inputs=kwargs, **found)
-        )
-    return rows
+        return _row(entry, name, "no input spec", verdict="no input spec", reason=str(exc))
+    op = entry.name.removeprefix("torch.ops.").replace(".", "::", 1) if entry.form == "op" else None
+    try:
+        found = run.audit(call.fn, call.build, sm, op=op or f"flashinfer::{entry.name}")
+    except Exception as exc:  # one entry point's failure must not stop the others
+        return _row(entry, name, "error", verdict="error", reason=f"{type(exc).__name__}: {exc}")
+    found.pop("sm")
+    return _row(entry, name, "audited", inputs=call.as_record(), **found)
 
 
 def audit_installed(sms: list[tuple[int, int]], names: list[str] | None = None) -> dict:
     """Every FP4 entry point (or the ``names`` given) of the installed FlashInfer on each SM."""
     started = time.perf_counter()
-    found = surface.discover(target.flashinfer)
-    if names:
-        chosen, missing = surface.find(target.flashinfer, names)
-    else:
-        chosen, missing = found, []
+    errors: dict[str, str] = {}
+    found = surface.discover(target.flashinfer, errors)
+    version = getattr(target.flashinfer, "__version__", "?")
+    chosen, missing = surface.find(found, names, version) if names else (found, [])
     rows = [
         _row(m, f"{a}.{b}", m["status"], verdict=m["status"], reason=m["reason"])
         for m in missing
         for a, b in sms
     ]
     for entry in chosen:
-        rows += audit_entry(entry, sms)
+        rows += [audit_entry(entry, sm) for sm in sms]
     return {
         "flashinfer": getattr(target.flashinfer, "__version__", None),
         "packages": installed_packages(),
         "python": platform.python_version(),
         "import_staging": target.IMPORT_STAGING,
+        "standins": list(simulation.STANDINS),
         "discovered": [{**e.as_record(), "reason": e.reason} for e in found],
+        "surface_errors": errors,
         "rows": rows,
         "seconds": time.perf_counter() - started,
     }

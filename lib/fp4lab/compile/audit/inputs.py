@@ -14,15 +14,18 @@ parameter the table does not know makes the entry point "no input spec", with it
 from __future__ import annotations
 
 import ast
+import contextlib
+import contextvars
 import inspect
 import operator
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any
 
 import torch
 
-from fp4lab.compile.audit.parameters import PARAMETERS
+from fp4lab.compile.audit.parameters import PARAMETERS, SIZES_FOR
 
 DTYPES = {
     "bf16": torch.bfloat16,
@@ -37,6 +40,7 @@ DTYPES = {
 SIZES = {"M": 128, "K": 128, "N": 128, "E": 4, "TOPK": 2, "I": 128, "B": 2, "H": 2, "D": 64}
 """Tokens, hidden, output features, experts, top-k, MoE intermediate, batch, heads, head dim."""
 SIZES |= {"S": 128, "P": 4, "PS": 16, "R": 64}  # sequence, pages, page size, latent (MLA) dim
+_sizes: contextvars.ContextVar[dict[str, int]] = contextvars.ContextVar("sizes", default=SIZES)
 
 _TENSOR = re.compile(r"^(\w+)\[([^\[\]]*)\]$")
 _OPS = {
@@ -55,8 +59,8 @@ def _dim(text: str) -> int:
     def value(node: ast.AST) -> int:
         if isinstance(node, ast.Constant) and isinstance(node.value, int):
             return node.value
-        if isinstance(node, ast.Name) and node.id in SIZES:
-            return SIZES[node.id]
+        if isinstance(node, ast.Name) and node.id in _sizes.get():
+            return _sizes.get()[node.id]
         if isinstance(node, ast.BinOp) and type(node.op) in _OPS:
             return _OPS[type(node.op)](value(node.left), value(node.right))
         raise SpecError(
@@ -144,16 +148,23 @@ def bind(fn: Callable, args: list[str], kwargs: dict[str, str]) -> Callable[[], 
     return lambda: ([value(a) for a in args], {k: value(v) for k, v in kwargs.items()})
 
 
-def for_signature(fn: Callable, entry: str, kind: str) -> tuple[list[str], dict[str, str]]:
+def for_signature(
+    fn: Callable, entry: str, kind: str, overrides: dict[str, str] | None = None
+) -> tuple[list[str], dict[str, str]]:
     """Keyword value texts for every required parameter of a FlashInfer entry point (none
-    positional); SpecError naming the parameters the table does not know."""
+    positional; ``self`` left out), and for each optional one the table names for this entry
+    (``entry.param``); SpecError naming the parameters the table does not know."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError) as exc:
         raise SpecError(f"{entry} has no signature to build inputs from: {exc}") from None
-    kwargs, unknown = {}, []
+    kwargs, unknown = dict(overrides or {}), []
     for p in params:
-        if p.default is not p.empty or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+        if p.name == "self" or p.name in kwargs or p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            continue
+        if p.default is not p.empty:
+            if f"{entry}.{p.name}" in PARAMETERS:
+                kwargs[p.name] = PARAMETERS[f"{entry}.{p.name}"]
             continue
         for key in (f"{entry}.{p.name}", f"{kind}.{p.name}", p.name):
             if key in PARAMETERS:
@@ -178,3 +189,130 @@ def _sig(fn: Callable) -> str:
         return str(inspect.signature(fn))
     except (TypeError, ValueError):
         return "(...)"
+
+
+@dataclass
+class Call:
+    """One audited call: ``fn(*args, **kwargs)`` with the values ``build()`` makes from the spec
+    texts ``args`` and ``kwargs``, and notes on how they were chosen."""
+
+    fn: Callable
+    args: list[str]
+    kwargs: dict[str, str]
+    build: Callable[[], tuple]
+    notes: list[str] = field(default_factory=list)
+
+    def as_record(self) -> dict:
+        return {"args": self.args, "kwargs": self.kwargs, "notes": self.notes}
+
+
+def _backend_checks(fn: Callable) -> dict | None:
+    """The backends FlashInfer's ``@backend_requirement`` declares for ``fn`` (None: not declared)."""
+    if not hasattr(fn, "is_backend_supported"):
+        return None
+    try:
+        found = inspect.getclosurevars(fn).nonlocals.get("backend_checks")
+    except (TypeError, ValueError):
+        return None
+    return found if isinstance(found, dict) else None
+
+
+def backend_for(fn: Callable, entry: str, sm: tuple[int, int]) -> tuple[str | None, str]:
+    """A ``backend`` value FlashInfer itself declares supported on ``sm`` where the signature's
+    default is not (None: keep the default), and why."""
+    checks = _backend_checks(fn)
+    default = _default(fn, "backend")
+    if not checks or default is None or default == "auto" or f"{entry}.backend" in PARAMETERS:
+        return None, ""
+    cc = sm[0] * 10 + sm[1]
+    if default in checks and fn.is_backend_supported(default, cc):
+        return None, ""
+    experimental = getattr(fn, "experimental_backends", ())
+    for backend in checks:
+        if backend not in experimental and fn.is_backend_supported(backend, cc):
+            return repr(backend), (
+                f"backend {backend!r}: the default {default!r} is not one FlashInfer declares for "
+                f"SM{sm[0]}{sm[1]}"
+            )
+    return (
+        None,
+        f"no backend FlashInfer declares for SM{sm[0]}{sm[1]}; the default {default!r} kept",
+    )
+
+
+def _default(fn: Callable, name: str) -> Any:
+    try:
+        p = inspect.signature(fn).parameters.get(name)
+    except (TypeError, ValueError):
+        return None
+    return None if p is None or p.default is p.empty else p.default
+
+
+@contextlib.contextmanager
+def sized(entry: str) -> Iterator[None]:
+    """SIZES with ``entry``'s own sizes (``parameters.SIZES_FOR``) for the block."""
+    token = _sizes.set(SIZES | SIZES_FOR.get(entry, {}))
+    try:
+        yield
+    finally:
+        _sizes.reset(token)
+
+
+def _sized(entry: str, build: Callable[[], tuple]) -> Callable[[], tuple]:
+    def built() -> tuple:
+        with sized(entry):
+            return build()
+
+    return built
+
+
+def for_function(fn: Callable, entry: str, kind: str, sm: tuple[int, int]) -> Call:
+    """The call of a public function: its inputs from the table, a backend valid on ``sm``."""
+    backend, note = backend_for(fn, entry, sm)
+    args, kwargs = for_signature(fn, entry, kind, {"backend": backend} if backend else None)
+    with sized(entry):
+        build = _sized(entry, bind(fn, args, kwargs))
+    return Call(fn, args, kwargs, build, [note] if note else [])
+
+
+def for_method(owner: type, method: str, entry: str, kind: str, sm: tuple[int, int]) -> Call:
+    """The call of a wrapper's run method: the wrapper built from its constructor's inputs (table
+    keys ``Class.param``), passed as ``self``, and the method's own inputs."""
+    cls = entry.rsplit(".", 1)[0]
+    ctor_args, ctor = for_signature(owner.__init__, cls, kind)
+    args, kwargs = for_signature(getattr(owner, method), entry, kind)
+    with sized(entry):
+        build_ctor = bind(owner, ctor_args, ctor)
+        build_run = bind(lambda *a, **k: None, args, kwargs)
+
+    def build() -> tuple:
+        c_args, c_kwargs = build_ctor()
+        r_args, r_kwargs = build_run()
+        return [owner(*c_args, **c_kwargs), *r_args], r_kwargs
+
+    note = f"{cls} built with {', '.join(f'{k}={v}' for k, v in ctor.items()) or 'no arguments'}"
+    return Call(getattr(owner, method), args, kwargs, _sized(entry, build), [note])
+
+
+def for_schema(op: Any, entry: str, kind: str) -> Call:
+    """The call of a registered operator: an input per schema argument from the table
+    (``entry.arg``, ``kind.arg``, ``arg``), an optional one left out, a default kept."""
+    schema = op.default._schema
+    kwargs, unknown = {}, []
+    for arg in schema.arguments:
+        for key in (f"{entry}.{arg.name}", f"{kind}.{arg.name}", arg.name):
+            if key in PARAMETERS:
+                kwargs[arg.name] = PARAMETERS[key]
+                break
+        else:
+            if arg.has_default_value() or str(arg.type).endswith("?"):
+                continue
+            unknown.append(f"{arg.name}: {arg.type}")
+    if unknown:
+        raise SpecError(f"no input spec for argument(s) {'; '.join(unknown)} of {schema}")
+    with sized(entry):
+        for text in kwargs.values():
+            with torch._subclasses.fake_tensor.FakeTensorMode():
+                value(text)
+    build = _sized(entry, lambda: ([], {k: value(v) for k, v in kwargs.items()}))
+    return Call(op, [], kwargs, build)

@@ -6,7 +6,16 @@ before ``param``. Which entry points exist is found in the package, never here.
 from __future__ import annotations
 
 _MOE_W = {"w1": "[E,2*I,K/2]", "w1_sf": "[E,2*I,K/16]", "w2": "[E,K,I/2]", "w2_sf": "[E,K,I/16]"}
-_PAGED = {"paged_kv_cache": "u8[P,2,PS,H,D/2]", "kv_cache_sf": "u8[P,2,PS,H,D/16]"}
+_PAGED = {"paged_kv_cache": "u8[P,2,PS,H,D/2]", "kv_cache_sf": "f8[P,2,PS,H,D/16]"}
+_ROUTED = {  # a token-sorted MoE dispatch (block of 8 tokens per expert)
+    "sorted_token_ids": "i32[M*TOPK+E*8]",
+    "expert_ids": "i32[M*TOPK/8+E]",
+    "num_tokens_post_padded": "i32[1]",
+    "cumsum_buffer": "i32[E+1]",
+    "out": "bf16[M,K]",
+    "block_m": "8",
+    "routed_scaling_factor": "1.0",
+}
 PARAMETERS: dict[str, str] = {
     # activations, scales, norms
     "input": "bf16[M,K]",
@@ -119,8 +128,7 @@ PARAMETERS: dict[str, str] = {
     "append_ckv": "bf16[M,R]",
     "append_kpe": "bf16[M,32]",
     "ckv_cache": "u8[P,PS,R/2]",
-    "ckv_sf_cache": "u8[P,PS,R/16]",
-    "kpe_cache": "bf16[P,PS,32]",
+    "ckv_sf_cache": "f8[P,PS,R/16]",
     "ckv_scale": "1.0",
     "kpe_scale": "1.0",
     "fp4_paged_mqa_logits.q": "u8[B,H,D/2]",
@@ -129,5 +137,54 @@ PARAMETERS: dict[str, str] = {
     "kv_fused": "u8[P,PS,D]",
     "weights": "f32[B,H]",
     **_PAGED,
+    **_ROUTED,
+    # inputs FlashInfer checks more narrowly than the names above say
+    "nvfp4_kv_dequantize_paged.output_k": "bf16[B,P*PS,H,D]",
+    "nvfp4_kv_dequantize_paged.output_v": "bf16[B,P*PS,H,D]",
+    "prepare_bf16_fp4_weights.b": "u8[N,K/2]",
+    "mm_nvfp4_svdquant.b": "u8[N,K/2]",
+    "mm_nvfp4_svdquant.b_sf": "u8[N,K/16]",
+    "mm_nvfp4_svdquant.d": "bf16[M,32]",
+    "mm_nvfp4_svdquant.l1": "bf16[N,32]",
+    "nvfp4_attention_sm120_fwd.qk_correction": "f32[B,H,1,S]",
+    "cute_dsl_fused_moe_mxfp8_mxfp4.x": "f8[M,K]",
+    "cute_dsl_fused_moe_mxfp8_mxfp4.x_sf": "u8[M,K/32]",
+    "cute_dsl_fused_moe_mxfp8_mxfp4.w1_weight_sf": "u8[E,2*I,K/32]",
+    "cute_dsl_fused_moe_mxfp8_mxfp4.w2_weight_sf": "u8[E,K,I/32]",
+    "mm_nvfp4_svdquant.a_sf": "u8[M,K/16]",
+    "gemm.group_gemm_nvfp4_nt_groupwise.a_scale": "u8[M,K/16]",
+    "gemm.group_gemm_nvfp4_nt_groupwise.b_scale": "u8[E,N,K/16]",
+    "kpe_cache": "f8[P,PS,32]",
+    "fused_moe.interleave_moe_weights_for_sm90_mixed_gemm.weight": "u8[E,N,K/2]",
+    "fused_moe.interleave_moe_scales_for_sm90_mixed_gemm.scales": "u8[E,N,K/16]",
+    # submodule entry points and registered ops
+    "a_packed": "u8[M,K/2]",
+    "a_block_scale": "f8[M,K/16]",
+    "a_global_scale": "f32[1]",
+    "weight_packed": "u8[N,K/2]",
+    "weight_block_scale": "f8[N,K/16]",
+    "weight_global_scale": "f32[1]",
+    "gemm.group_gemm_nvfp4_nt_groupwise.b": "u8[E,N,K/2]",
+    "gemm.group_gemm_mxfp4_nt_groupwise.b": "u8[E,N,K/2]",
+    "a_scale": "f8[M,K/16]",
+    "b_scale": "f8[E,N,K/16]",
+    "gemm.group_gemm_mxfp4_nt_groupwise.a": "f8[M,K]",
+    "gemm.group_gemm_mxfp4_nt_groupwise.a_scale": "u8[M,K/32]",
+    "gemm.group_gemm_mxfp4_nt_groupwise.b_scale": "u8[E,N,K/32]",
+    "torch.ops.trtllm.reswizzle_sf.sf": "u8[M,K/16]",
+    "torch.ops.trtllm.reswizzle_sf.rows": "M",
+    "torch.ops.trtllm.reswizzle_sf.cols": "K/16",
+    "query": "bf16[B,H,D]",
+    "bmm1_scale": "1.0",
+    "logits": "f32[M,E]",
+    "hidden_size": "K",
 }
 """Input specs by parameter name; ``entry.param`` and ``kind.param`` before ``param``."""
+
+SIZES_FOR: dict[str, dict[str, int]] = {
+    "fused_moe.alphamoe_nvfp4_routed_moe": {"K": 256},
+    "fused_moe.alphamoe_nvfp4_routed_moe_deferred": {"K": 256},
+    "torch.ops.flashinfer.alphamoe_nvfp4_routed_moe": {"K": 256},
+    "torch.ops.flashinfer.alphamoe_nvfp4_aligned_moe": {"K": 256},
+}
+"""Sizes an entry point needs other than ``inputs.SIZES`` (e.g. a hidden size of 256 or more)."""

@@ -1,15 +1,20 @@
-"""One callable through the blocker-chain walk: dynamo's verdict on this CPU machine and on the target.
+"""One call audited: dynamo and an eager call on the same inputs, on a simulated GPU, and the
+verdict from both (eager first: a trace is blamed only where the eager call accepted the inputs).
 
-``audit`` traces ``fn`` under ``torch.compile(fullgraph=True)`` with the target SM simulated
-(``compile.stages.walk_blocker_chain``): each blocker met is removed by its staged remedy and
-the trace runs again. Two answers come out of one walk:
+``audit`` makes the call's inputs as fake CUDA tensors inside ``simulation.simulated_cuda`` (the
+target SM, a CUDA build of torch) and ``simulation.toolkit`` (the install mode), then:
 
-* ``cpu``: the first attempt, what this machine sees with nothing staged;
-* ``target``: the first attempt after only the CPU-artefact stages (simulated SM, populated
-  arch set), i.e. what a machine with the target GPU would see; its stages are stated.
+1. traces the call under ``torch.compile(fullgraph=True)``; each blocker with a remedy of the
+   story (``stages``: the CUDA version from torch, the JIT registry's bookkeeping) is removed in
+   turn and the trace runs again (the ``chain``: what a user meets next);
+2. calls it eagerly with the same inputs, to its first kernel (``eager``);
+3. decides (``decide``, ``VERDICTS``).
 
-Nothing needs a kernel to run: where the traced program cannot run on CPU (its kernel is
-CUDA-only), the walk is repeated on fake tensors (``FakeTensorMode``) and the record says so.
+An entry whose first blocker lies in FlashInfer's CUDA toolkit query is traced once more with
+CUDA_HOME set (install mode ``jit_cuda_home``); the ``prebuilt`` mode is read from the frames
+(``prebuilt``). Where the simulation meets the CPU build of torch (a C++ binding needing a CUDA
+device guard), the call is tried once on real CPU tensors: only "one graph" there is kept, and
+the record says which tensors decided.
 """
 
 from __future__ import annotations
@@ -21,56 +26,53 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch._subclasses.fake_tensor import FakeTensorMode
 
-from fp4lab.compile import stages
+from fp4lab.compile import stages, trace
+from fp4lab.compile.audit import eager, simulation
 
-VERDICTS = ("one graph", "graph break", "unsupported", "undetermined on CPU")
-"""Dynamo's verdict under fullgraph=True: one graph; a blocker dynamo reports as Unsupported
-(fullgraph=False would break the graph there, so a piecewise runner must wrap the call); the
-trace raised something else (the call cannot be traced as given); or the blocker is one no
-stage removes on a CPU machine (a CUDA-device check on a CPU tensor, a torch without CUDA)."""
-_CPU_ONLY = re.compile(r"not compiled with CUDA|Expected a cuda device|CUDA is not available", re.I)
-TENSOR_MODES = ("auto", "real", "fake")
-ROW_KEYS = (
-    "step",
-    "stage",
-    "origin",
-    "signature",
-    "status",
-    "exception",
-    "message",
-    "skipped_builtin",
-    "blocker_frame",
-    "graph_count",
-    "seconds",
+VERDICTS = (
+    "one graph",
+    "graph break",
+    "compile error",
+    "input rejected",
+    "target unsupported",
+    "undetermined on CPU",
 )
-"""What an audit keeps of each walk row (``frames`` is kept for the two answers only)."""
-STAGE_NOTES = {
-    "simulated_sm": "the target SM and a CUDA build of torch simulated (CPU artefact)",
-    "populated_arch_set": "FlashInfer's TARGET_CUDA_ARCHS holds the target (CPU artefact)",
-    "patch_cuda_version": "the CUDA version read from torch.version.cuda, no nvcc (the story's msg 992)",
-    "bypassed_jit_registry": "the JIT registry's first-registration bookkeeping skipped",
+"""How an audited call ends (``VERDICT_NOTES`` says each)."""
+VERDICT_NOTES = {
+    "one graph": "fullgraph=True compiled the call to one graph",
+    "graph break": "dynamo stopped (Unsupported) where the eager call with the same inputs went "
+    "on: a piecewise runner must wrap the call in a custom op",
+    "compile error": "dynamo raised another error where the eager call went on (e.g. a node run "
+    "on fake tensors): the call must be wrapped too",
+    "input rejected": "the eager call raised FlashInfer's own error for these inputs: the input "
+    "spec must change; nothing is said of the trace",
+    "target unsupported": "the eager call raised because the target (its SM, or CUDA "
+    f"{simulation.CUDA_VERSION}) is not one the entry point supports",
+    "undetermined on CPU": "the CPU build of torch (or fake tensors, which carry no values) "
+    "stopped the call before the line where the trace broke: no verdict, kept out of every count",
 }
-"""The stages a walk can apply, as the CLI's help names them."""
-
-
-def verdict(row: dict, staged: bool = False) -> str:
-    """One of VERDICTS for one walk row (``staged``: the CPU-artefact stages are in effect, so a
-    device check left is one of the tensor's device, a CPU artefact no stage removes)."""
-    if row["signature"] == "ok":
-        return VERDICTS[0]
-    if _CPU_ONLY.search(row["message"] or "") or (staged and row["signature"] == "device_check"):
-        return VERDICTS[3]
-    return VERDICTS[1] if row["status"] == "unsupported" else VERDICTS[2]
-
-
-def target_index(rows: list[dict]) -> int:
-    """The first row whose blocker no CPU-artefact stage removes: what the target GPU would see."""
-    for i, following in enumerate(rows[1:]):
-        if following["origin"] != "cpu_artefact":
-            return i
-    return len(rows) - 1
+MUST_WRAP = ("graph break", "compile error")
+"""Verdicts that mean a piecewise runner must wrap the call."""
+DECIDED = ("one graph", *MUST_WRAP)
+"""Verdicts about the trace: the denominator of the headline."""
+REMEDIES = ("story", "fresh_process")
+"""The stage origins the chain may apply (the target itself is simulated from step 0)."""
+STAGE_NOTES = {
+    stages.PATCH_CUDA_VERSION.name: "the CUDA version read from torch.version.cuda, no nvcc (the "
+    "story's msg 992)",
+    stages.BYPASSED_JIT_REGISTRY.name: "the JIT registry's first-registration bookkeeping skipped",
+}
+"""The remedies the chain applies in turn, as the CLI's help names them."""
+TENSORS = ("fake cuda", "cpu")
+"""The tensors of a call: fake CUDA tensors on the simulated GPU, or (fallback) real CPU ones."""
+_TOOLKIT = ("get_cuda_path", "get_cuda_version", "is_cuda_version_at_least")
+_BUILD_AND_LOAD = ("build_and_load", "try_load", "aot_path", "aot_artifacts", "get_aot_artifacts")
+_CPU_TRACE = re.compile(eager.CPU_BUILD.pattern, re.IGNORECASE)
+TRACE_KEYS = ("signature", "status", "exception", "message", "explanation", "blocker_frame",
+              "frames", "skipped_builtin", "gb_type", "graph_count", "seconds")  # fmt: skip
+CHAIN_KEYS = ("step", "stage", "origin", "story", "signature", "status", "message",
+              "blocker_frame", "skipped_builtin", "graph_count", "seconds")  # fmt: skip
 
 
 def custom_op(qualname: str) -> dict:
@@ -85,28 +87,91 @@ def custom_op(qualname: str) -> dict:
     return {"qualname": qualname, "present": present, "fake_or_meta": bool(fake)}
 
 
-def _walk(fn: Callable, build: Callable[[], tuple], sm: tuple[int, int]) -> list[dict]:
-    args, kwargs = build()
-
-    def call(*tensors: Any) -> Any:
-        return fn(*tensors, **kwargs)
-
-    with torch.no_grad():
-        return stages.walk_blocker_chain(call, *args, sm=sm, until="never")
+def _functions(row: dict) -> list[str]:
+    return [f.rsplit(":", 1)[-1] for f in row.get("frames") or []]
 
 
-def _answer(row: dict, staged: bool = False) -> dict:
-    return {
-        "verdict": verdict(row, staged),
-        "step": row["step"],
-        "signature": row["signature"],
-        "message": row["message"],
-        "exception": row["exception"],
-        "blocker_frame": row["blocker_frame"],
-        "frames": row["frames"],
-        "skipped_builtin": row["skipped_builtin"],
-        "evidence": row["evidence"],
-    }
+def site(row: dict, package: str = "flashinfer") -> str | None:
+    """The innermost frame of ``package`` on a trace row's stack: the package's line that led
+    to the blocker (the blocker frame itself when the stack has none)."""
+    inside = [f for f in row.get("frames") or [] if f.startswith(f"{package}/")]
+    return inside[-1] if inside else row.get("blocker_frame")
+
+
+def decide(first: eager.Eager, row: dict | None, package: str = "flashinfer") -> tuple[str, str]:
+    """One of VERDICTS for a call from its eager outcome and its first trace row, and how."""
+    if first.outcome == "raised":
+        verdict = "target unsupported" if first.names_sm else "input rejected"
+        return verdict, f"eager: {first.exception}: {first.message} at {first.frame}"
+    said = f"eager {first.outcome}" + (f" ({first.kernel})" if first.kernel else "")
+    said += f" at {first.frame}" if first.frame and first.outcome != "kernel" else ""
+    if row is None:
+        return "undetermined on CPU", f"the inputs could not be built here: {said}"
+    if row["status"] == "compiled":
+        return "one graph", f"one graph; {said}"
+    at = site(row, package)
+    dynamo = f"dynamo: {row['message']} at {row['blocker_frame']}"
+    text = " ".join([row.get("message") or "", *(row.get("explanation") or []),
+                     *(row.get("hints") or []), row.get("debug_context") or ""])  # fmt: skip
+    if _CPU_TRACE.search(text):
+        return "undetermined on CPU", f"{dynamo}: the CPU build of torch, not the call; {said}"
+    if first.outcome in ("cpu_build", "needs_values") and not first.ran(at):
+        return "undetermined on CPU", f"{dynamo}; {said}, before reaching {at}"
+    verdict = "graph break" if row["status"] == "unsupported" else "compile error"
+    passed = "ran that line" if first.ran(at) else "took another path"
+    return verdict, f"{dynamo}; the eager call with the same inputs {passed}: {said}"
+
+
+def prebuilt(row: dict | None) -> dict:
+    """Whether a trace row's blocker holds with prebuilt kernels (AOT or flashinfer-jit-cache
+    modules), read from its frames: ``build_and_load`` looks for those only after the JitSpec
+    is generated."""
+    if row is None or row["status"] == "compiled":
+        return {"holds": True, "why": "no blocker"}
+    functions = _functions(row)
+    if any(f in _BUILD_AND_LOAD for f in functions):
+        return {"holds": False, "why": "the blocker is inside JitSpec.build_and_load, where a "
+                "prebuilt module would be found instead"}  # fmt: skip
+    if any(f in _TOOLKIT for f in functions):
+        return {"holds": True, "why": "met while the JitSpec is generated (the CUDA toolkit "
+                "query), before build_and_load looks for a prebuilt module"}  # fmt: skip
+    return {"holds": True, "why": "the blocker is not on FlashInfer's kernel-loading path"}
+
+
+def _run(
+    fn: Callable,
+    build: Callable[[], tuple],
+    sm: tuple[int, int],
+    *,
+    mode: str = "jit",
+    fake: bool = True,
+    walk: bool = True,
+    package: str = "flashinfer",
+) -> tuple[eager.Eager | None, list[dict]]:
+    """The trace rows (the chain when ``walk``), then the eager call (``walk`` only), on the same
+    inputs; a failure to build the inputs is the eager outcome, with no rows."""
+    with (
+        simulation.simulated_cuda(sm),
+        simulation.toolkit(mode),
+        simulation.fake_cuda() if fake else contextlib.nullcontext(),
+        torch.no_grad(),
+    ):
+        try:
+            args, kwargs = simulation.on_gpu(build) if fake else build()
+        except Exception as exc:  # the package refused to build the inputs (e.g. a constructor)
+            return eager.classify(exc, package), []
+
+        def call(*tensors: Any) -> Any:
+            return fn(*tensors, **kwargs)
+
+        if not walk:
+            return None, [trace.attempt(call, *args).as_record()]
+        rows = stages.walk_blocker_chain(call, *args, sm=sm, until="never", origins=REMEDIES)
+        return eager.call(fn, args, kwargs, package), rows
+
+
+def _trace(row: dict | None) -> dict | None:
+    return None if row is None else {k: row.get(k) for k in TRACE_KEYS}
 
 
 def audit(
@@ -114,36 +179,44 @@ def audit(
     build: Callable[[], tuple],
     sm: tuple[int, int],
     *,
-    tensors: str = "auto",
     op: str | None = None,
+    package: str = "flashinfer",
 ) -> dict:
-    """The walk of ``fn(*args, **kwargs)`` (``build()`` gives them) on simulated ``sm``: both
-    answers, the chain, the tensors used, the custom op ``op`` (``ns::name``) if one is named."""
-    if tensors not in TENSOR_MODES:
-        raise ValueError(f"tensors={tensors!r} is not allowed; allowed values: {TENSOR_MODES}")
+    """The audit of ``fn(*args, **kwargs)`` (``build()`` gives them) on simulated ``sm``: the
+    verdict and why, the eager outcome, the first trace and its chain, each install mode, the
+    custom op ``op`` (``ns::name``) if one is named."""
     started = time.perf_counter()
-    used = "fake" if tensors == "fake" else "real"
-    with FakeTensorMode() if used == "fake" else contextlib.nullcontext():
-        rows = _walk(fn, build, sm)
-    note = None
-    if tensors == "auto" and rows[-1]["status"] == "runtime_error":
-        with FakeTensorMode():
-            faked = _walk(fn, build, sm)
-        if faked[-1]["signature"] == "ok" or len(faked) > len(rows):  # fake tensors got further
-            note = f"on real CPU tensors: {rows[-1]['exception']}: {rows[-1]['message']}"
-            used, rows = "fake", faked
-    at = target_index(rows)
-    staged = any(s["origin"] == "cpu_artefact" for s in rows[at]["stages_applied"])
+    first, rows = _run(fn, build, sm, package=package)
+    verdict, why = decide(first, rows[0] if rows else None, package)
+    tensors = TENSORS[0]
+    if verdict == "undetermined on CPU" and rows:
+        on_cpu, cpu_rows = _run(fn, build, sm, fake=False, package=package)
+        cpu_verdict, cpu_why = decide(on_cpu, cpu_rows[0] if cpu_rows else None, package)
+        if cpu_verdict == "one graph":
+            verdict, why, tensors, first, rows = (
+                cpu_verdict, f"{cpu_why} (on CPU tensors; fake CUDA tensors: {why})",
+                TENSORS[1], on_cpu, cpu_rows,
+            )  # fmt: skip
+    head = rows[0] if rows else None
+    install = {"jit": {"verdict": verdict, "blocker_frame": head and head["blocker_frame"]}}
+    home = []
+    if head is not None and any(f in _TOOLKIT for f in _functions(head)):
+        _, home = _run(fn, build, sm, mode="jit_cuda_home", fake=tensors == TENSORS[0], walk=False)
+    if home:
+        home_verdict, _ = decide(first, home[0], package)
+        install["jit_cuda_home"] = {"verdict": home_verdict, "blocker_frame": home[0]["blocker_frame"],
+                                    "signature": home[0]["signature"]}  # fmt: skip
+    install["prebuilt"] = prebuilt(head)
     return {
         "sm": f"{sm[0]}.{sm[1]}",
-        "tensors": used,
-        "fake_because": note,
-        "cpu": _answer(rows[0]),
-        "target": _answer(rows[at], staged),
-        "target_stages": [s["stage"] for s in rows[at]["stages_applied"]],
-        "final": _answer(rows[-1], staged),
-        "chain": [{k: r.get(k) for k in ROW_KEYS} for r in rows],
+        "simulated": simulation.simulates(sm),
+        "tensors": tensors,
+        "verdict": verdict,
+        "why": why,
+        "eager": first.as_record() if first else None,
+        "trace": _trace(head),
+        "chain": [{k: r.get(k) for k in CHAIN_KEYS} for r in rows],
+        "install": install,
         "custom_op": custom_op(op) if op else None,
-        "simulated": rows[at]["target"]["simulated"],
         "seconds": time.perf_counter() - started,
     }
