@@ -1,108 +1,209 @@
-"""Inside one SGLang environment: the story through SGLang's compile path, or its quantize choice.
+"""Inside one SGLang environment: the release's own GLM-5 through its piecewise runner, on one SM.
 
-    python -m fp4lab.serving.replay.child OUT.json replay SM
-    python -m fp4lab.serving.replay.child OUT.json select SM
+    python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES STORY
 
-``replay``: a GLM-5-shaped NVFP4 layer calling ``flashinfer.fp4_quantize`` (the SM120 branch of
-0.5.9) compiled through SGLang's ``install_torch_compiled`` and ``SGLangBackend``; the story's
-blocker chain walked with ``compile.stages`` (FlashInfer sees the target SM through them), the
-story's ``torch.compiler.disable`` patch on top, then the same layer through fp4lab's custom op
-and through SGLang's own ``torch.ops.sglang.flashinfer_fp4_quantize`` where the release has it.
-``select``: SGLang made to see a GPU of SM before it is imported, its ``modelopt_quant`` imported,
-the quantize its NVFP4 linear method calls identified, and that path compiled the same way.
+The release's ``GlmMoeDsaForCausalLM`` is built for a simulated GPU of SM (``model.build``) and
+its piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunner`` does:
+
+* **eager**: the runner without ``install_torch_compiled``, on the release's code: what runs
+  before any compile is blamed;
+* **chain**: the story's blocker chain through the runner, each blocker removed by its staged
+  remedy (``compile.stages``), stopping at the JIT's file I/O, a compiled model or a blocker
+  with none; with STORY, the story's ``torch.compiler.disable`` patch on top, and the first
+  blocker once for each value of CUDA_HOME in CUDA_HOMES (``unset`` or a path);
+* **fix**: the user's patch (``patch.PARTS``), written as the plugin file and imported, one part
+  added for each blocker it removes, until the model compiles or a blocker has no part; then the
+  same runner eagerly with the same patch, and the logits of both compared.
+
+CUDA_HOMES is comma-separated; STORY is ``story`` or ``-``.
 """
 
 from __future__ import annotations
 
 import contextlib
+import importlib.util
 import json
+import os
 import platform
 import sys
 import warnings
-from collections.abc import Callable
+from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import torch
 
-from fp4lab.compile import fix, segment, stages, target
-from fp4lab.core import evidence, glm5, probe
+from fp4lab.compile import fix, stages, target
+from fp4lab.core import evidence, paths, probe
 from fp4lab.serving import read_parser
-from fp4lab.serving.replay import inside, quantize
+from fp4lab.serving.replay import model, patch, runner
 
-SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
-TOKENS = 16
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
-        "exception", "status", "graph_count", "cause")  # fmt: skip
+        "exception", "status", "graph_count", "cause", "graph_custom_ops", "split_op_calls",
+        "expected_pieces", "eager")  # fmt: skip
+
+FP4_REFERENCE = "fp4lab reference (CPU kernel lent to fp4lab_patch::fp4_quantize)"
 
 
-def _stack(quantize_fn: Callable) -> segment.Stack:
-    return segment.Stack(SHAPE, 1, quantize_fn)
-
-
-def _row(compiled: inside.Compiled, kernel: str | None, simulated: bool, **extra: object) -> dict:
-    data = compiled.as_record()
+def _row(run: runner.Run, kernel: str | None, simulated: bool, **extra: object) -> dict:
+    data = run.as_record()
     return {
         **{k: data[k] for k in KEEP},
         "kernel": kernel,
-        "evidence": evidence.of_run(traced=True, simulated=simulated, kernel=kernel),
+        "evidence": evidence.of_run(traced=not run.eager, simulated=simulated, kernel=kernel),
         **extra,
     }
 
 
-def walk(
-    quantize_fn: Callable, x: torch.Tensor, sm: tuple[int, int], story_patch: bool = True
-) -> list[dict]:
-    """The blocker chain through SGLang's compile: each blocker removed by its staged remedy
-    (``stages.stage_for``), stopping at the JIT's file I/O, a compiled trace or a blocker with
-    none; then (``story_patch``) the story's ``torch.compiler.disable`` patch on top."""
+def part_for(row: dict) -> str | None:
+    """The patch part that removes the blocker ``row`` shows, or None."""
+    frames = row.get("frames", [])
+    words = " ".join(str(row.get(k) or "") for k in ("message", "cause"))
+    if row["status"] == "compiled":
+        return None
+    if any("modelopt_quant.py" in f for f in frames) and any(f.startswith("flashinfer/") for f in frames):
+        return "fp4_quantize_op"
+    if any("/nsa/nsa_indexer.py" in f for f in frames) or "nsa_indexer.py" in words:
+        return "dsa_indexer_split_op"
+    if "unified_attention_with_output" in words and "topk_indices" in words:
+        return "dsa_attention_split_op"
+    return None
+
+
+def _attempt(built: model.Built, sm: tuple[int, int], **extra: object) -> tuple[dict, runner.Run]:
+    with fix.observing() as ran:
+        run = runner.drive(built, sm)
+    return _row(run, ran.kernel, probe.target()["simulated"], **extra), run
+
+
+def walk(built: model.Built, sm: tuple[int, int], story: bool) -> list[dict]:
+    """The blocker chain through the release's runner (see the module docstring)."""
     rows, applied = [], []
     stage: stages.Stage | None = stages.Stage("none", "baseline", "", contextlib.nullcontext)
     with contextlib.ExitStack() as stack:
         while stage is not None and len(rows) < 8:
             stack.enter_context(stage.enter())
             applied += [stage] if rows else []
-            with fix.observing() as ran:
-                compiled = inside.compile_through_sglang(_stack(quantize_fn), x)
-            seen = probe.target()
-            rows.append(_row(compiled, ran.kernel, seen["simulated"], step=len(rows),
-                             stage=stage.name, origin=stage.origin, story=stage.story))  # fmt: skip
-            signature = compiled.outcome.signature
-            if signature in ("file_io", "ok"):
+            row, run = _attempt(built, sm, step=len(rows), stage=stage.name,
+                                origin=stage.origin, story=stage.story)  # fmt: skip
+            rows.append(row)
+            if row["signature"] in ("file_io", "ok"):
                 break
-            stage = stages.stage_for(compiled.outcome, {s.name for s in applied}, sm)
-        if story_patch and rows[-1]["signature"] == "file_io":
-            with stages.COMPILER_DISABLED.enter(), fix.observing() as ran:
-                compiled = inside.compile_through_sglang(_stack(quantize_fn), x)
-            rows.append(_row(compiled, ran.kernel, probe.target()["simulated"], step=len(rows),
-                             stage=stages.COMPILER_DISABLED.name, origin="story",
-                             story=stages.COMPILER_DISABLED.story))  # fmt: skip
+            stage = stages.stage_for(run.compiled.outcome, {s.name for s in applied}, sm)
+        if story and rows[-1]["signature"] == "file_io":
+            with stages.COMPILER_DISABLED.enter(), _quantize_rebound_to_flashinfer():
+                rows.append(_attempt(built, sm, step=len(rows), stage=stages.COMPILER_DISABLED.name,
+                                     origin="story", story=stages.COMPILER_DISABLED.story)[0])  # fmt: skip
     return rows
 
 
-def through_op(name: str, quantize_fn: Callable, x: torch.Tensor, sm: tuple[int, int]) -> dict:
-    """The layer compiled through SGLang with ``quantize_fn`` (an op), its counts, and its output
-    against the same layer run eagerly on fp4lab's reference quantize."""
-    expected = _stack(fix.reference_fp4_quantize)(x)
-    with target.simulated_target(sm) as seen, fix.observing() as ran:
-        compiled = inside.compile_through_sglang(_stack(quantize_fn), x)
-    out = compiled.outcome.output
-    equal = out is not None and torch.equal(out, expected)
-    return _row(compiled, ran.kernel, seen["simulated"], op=name, equals_eager=equal,
-                max_abs_diff=None if out is None else float((out - expected).abs().max()))  # fmt: skip
+@contextlib.contextmanager
+def _quantize_rebound_to_flashinfer() -> Iterator[None]:
+    """The story's decorated ``fp4_quantize`` where SGLang bound FlashInfer's by name (its
+    module kept the undecorated function object)."""
+    module = sys.modules.get("sglang.srt.layers.quantization.modelopt_quant")
+    bound = getattr(module, "fp4_quantize", None)
+    if bound is not target.FLASHINFER_FP4_QUANTIZE or module is None:
+        yield
+        return
+    with target.attribute_replaced(module, "fp4_quantize", target.flashinfer.fp4_quantize):
+        yield
 
 
-def replay(sm: tuple[int, int]) -> dict:
-    """The story's chain, fp4lab's op and SGLang's op, each through SGLang's compile path."""
-    standins = inside.runtime_standins()
-    x = segment.tokens_input(SHAPE, TOKENS)
-    with torch.no_grad():
-        chain = walk(target.fp4_quantize, x, sm)
-        with fix.custom_op_fp4_quantize():
-            ours = through_op(fix.OP_NAME, target.fp4_quantize, x, sm)
-        with quantize.sglang_op_on_reference() as op:
-            theirs = through_op(*op, x, sm) if op else {"present": False}
-    return {"chain": chain, "fp4lab_op": ours, "sglang_op": theirs, "runtime_standins": standins}
+def cuda_home_cases(built: model.Built, sm: tuple[int, int], cases: list[str]) -> list[dict]:
+    """The first blocker on the simulated target for each CUDA_HOME (``unset``: neither CUDA_HOME
+    nor CUDA_PATH; FlashInfer's ``get_cuda_path`` then runs ``which nvcc``)."""
+    rows = []
+    for case in cases:
+        saved = {k: os.environ.pop(k, None) for k in ("CUDA_HOME", "CUDA_PATH")}
+        if case != "unset":
+            os.environ["CUDA_HOME"] = case
+        try:
+            with stages.applied(stages.target_stages(sm)):
+                rows.append(_attempt(built, sm, cuda_home=case)[0])
+        finally:
+            os.environ.pop("CUDA_HOME", None)
+            os.environ.update({k: v for k, v in saved.items() if v is not None})
+    return [{k: r[k] for k in ("cuda_home", "signature", "blocker_frame", "frames", "message",
+                                "evidence")} for r in rows]  # fmt: skip
+
+
+def _load_plugin(path: Path, built: model.Built) -> Any:
+    """The written plugin imported from its file (SGLang's modules are imported already, so each
+    part applies at once); the model was built before it, so its indexers are registered with
+    the patch as the patched ``__init__`` would have."""
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    plugin = importlib.util.module_from_spec(spec)
+    sys.modules[path.stem] = plugin
+    spec.loader.exec_module(plugin)
+    indexers = getattr(plugin, "_INDEXERS", None)
+    if indexers is not None:
+        cls = sys.modules[patch.WHERE["indexer"]].Indexer
+        indexers.update({m.layer_id: m for m in built.model.modules() if isinstance(m, cls)})
+    if hasattr(torch.ops.fp4lab_patch, "fp4_quantize"):
+        reference = fix.reporting(FP4_REFERENCE, fix.reference_fp4_quantize)
+
+        def cpu(x, global_scale=None, sf_vec_size=16, *args: Any) -> Any:
+            codes, scales = reference(x, global_scale)
+            return codes, scales.reshape(-1, x.shape[1] // sf_vec_size)
+
+        torch.library.register_kernel("fp4lab_patch::fp4_quantize", "cpu", cpu)
+    return plugin
+
+
+def _quantize_binding(built: model.Built) -> dict:
+    chosen = built.facts["quantize"]
+    return {"module": "sglang.srt.layers.quantization.modelopt_quant",
+            "name": (chosen.get("called_as") or "fp4_quantize").split(".")[0]}  # fmt: skip
+
+
+def _compared(got: tuple, want: tuple) -> dict:
+    """The compiled runner's logits against the eager runner's, on the same fixed inputs."""
+    (logits, kernel, error), (eager_logits, eager_kernel, eager_error) = got, want
+    both = logits is not None and eager_logits is not None
+    return {"equals_eager": both and torch.equal(logits, eager_logits),
+            "max_abs_diff": float((logits.float() - eager_logits.float()).abs().max()) if both else None,
+            "finite": bool(logits is not None and torch.isfinite(logits).all()),
+            "kernel": kernel, "eager_kernel": eager_kernel, "error": error or eager_error}  # fmt: skip
+
+
+def fix_walk(built: model.Built, sm: tuple[int, int], version: str, out: Path) -> dict:
+    """The user's patch, part by part (see the module docstring)."""
+    parts: list[str] = []
+    steps: list[dict] = []
+    label, binding = f"{sm[0]}.{sm[1]}", _quantize_binding(built)
+    with stages.applied(stages.target_stages(sm)):
+        while True:
+            row, compiled = _attempt(built, sm, parts=list(parts))
+            steps.append(row)
+            needed = part_for(row)
+            if needed is None or needed in parts:
+                break
+            parts.append(needed)  # this step's part alone is imported: earlier ones are applied
+            step = patch.render(version, label, [needed], binding)
+            _load_plugin(patch.write(out.parent / "patch" / needed, version, label, step)[0], built)
+        result = {"steps": steps, "parts": parts, "compiles": steps[-1]["status"] == "compiled",
+                  "plugin": patch.render(version, label, parts, binding) if parts else None}  # fmt: skip
+        if result["compiles"]:
+            got = runner.output(compiled, sm)  # before the eager pass takes the trampoline off
+            result |= {"graphs": compiled.compiled.counts.get("num_graphs_seen"),
+                       "pieces": compiled.compiled.counts.get("num_piecewise_capturable_graphs_seen"),
+                       "expected_pieces": compiled.as_record()["expected_pieces"],
+                       "graph_custom_ops": compiled.graphs.custom()}  # fmt: skip
+            result |= _compared(got, runner.output(runner.drive(built, sm, eager=True), sm))
+            result["evidence"] = evidence.of_run(traced=True, simulated=probe.target()["simulated"],
+                                                 kernel=result["kernel"])  # fmt: skip
+    return result
+
+
+def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
+    """The runner eagerly on the release's own code (FlashInfer seeing the target)."""
+    with stages.applied(stages.target_stages(sm)), fix.observing() as ran:
+        run = runner.drive(built, sm, eager=True)
+    data = run.as_record()
+    return {"status": data["status"], "exception": data["exception"], "message": data["message"],
+            "frames": data["frames"][-6:], "kernel": ran.kernel}  # fmt: skip
 
 
 def piecewise_options() -> list[dict]:
@@ -132,6 +233,8 @@ def glm5_auto_disabled() -> dict:
     architecture, and which of its names said so (``None``: the release has no such rule)."""
     import importlib
 
+    from fp4lab.core import glm5
+
     for module, name in AUTO_DISABLE:
         try:
             found = getattr(importlib.import_module(module), name, None)
@@ -144,49 +247,54 @@ def glm5_auto_disabled() -> dict:
     return {"disabled": False, "from": None}
 
 
-def select(sm: tuple[int, int]) -> dict:
-    """SGLang's NVFP4 linear quantize as imported on a simulated GPU of ``sm``, and that path
-    compiled through SGLang (torch claims the GPU during the import only: SGLang reads the SM
-    there; FlashInfer then sees the target through the story's stages, as in ``replay``)."""
+def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -> dict:
+    """Everything measured for the release on ``sm`` (see the module docstring)."""
+    os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
     probe.machine()  # probed before torch is made to claim a GPU
-    with inside.simulated_gpu(sm) as patched, inside.absent_kernel_fakes_skipped() as skipped:
-        standins = inside.runtime_standins()
-        chosen = quantize.chosen()
-    standins.append({"name": "absent_sgl_kernel_fakes_skipped", "module": "torch.library",
-                     "ops": sorted(set(skipped)), "why": "SGLang registers fakes for sgl_kernel "
-                     "ops at import on CUDA; their CUDA-only library is not loaded here"})  # fmt: skip
-    x = segment.tokens_input(SHAPE, TOKENS)
-    chain: list[dict] = []
-    traceable = chosen["implementation"] in ("flashinfer_direct", "sglang_op")
-    if chosen["callable"] is not None and (traceable or chosen["op_exists"]):
-        with torch.no_grad(), quantize.kernel_on_reference(chosen) as fn:
-            chain = walk(fn, x, sm, story_patch=False)
-    chosen.pop("callable")
+    found: dict[str, Any] = {}
     try:
-        chosen["piecewise_options"] = piecewise_options()
-        chosen["glm5_auto_disabled"] = glm5_auto_disabled()
+        built = model.build(sm, out.parent / "checkpoint")
+        found["min_capability"] = model.min_capability()
+    except Exception as exc:  # recorded: the exact obstacle on this machine
+        import traceback
+
+        found["min_capability"] = model.min_capability()
+        found["build_error"] = traceback.format_exception_only(exc)[-1].strip()[:800]
+        found["build_frames"] = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}:{f.name}"
+                                 for f in traceback.extract_tb(exc.__traceback__)][-8:]  # fmt: skip
+        return found
+    found |= {"facts": built.facts, "standins": built.standins + [runner.CAPTURE, runner.POOL],
+              "build_seconds": round(built.seconds, 1)}  # fmt: skip
+    with torch.no_grad():
+        found["eager_release"] = eager_release(built, sm)
+        found["chain"] = walk(built, sm, story)
+        if story:
+            found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
+        found["fix"] = fix_walk(built, sm, _version(), out)
+    found["standins"].append(runner.EAGER)
+    try:
+        found["piecewise_options"] = piecewise_options()
+        found["glm5_auto_disabled"] = glm5_auto_disabled()
     except Exception as exc:  # recorded: the parser could not be built here
-        chosen["piecewise_options_error"] = f"{type(exc).__name__}: {exc}"
-    return {
-        **chosen,
-        "chain": chain,
-        "patched": patched,
-        "patched_during": "import",
-        "runtime_standins": standins,
-    }
+        found["piecewise_options_error"] = f"{type(exc).__name__}: {exc}"
+    return found
+
+
+def _version() -> str:
+    import sglang
+
+    return sglang.__version__
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 3 or argv[1] not in ("replay", "select"):
-        print(
-            "usage: python -m fp4lab.serving.replay.child OUT.json replay|select SM",
-            file=sys.stderr,
-        )
+    if len(argv) != 5 or argv[1] != "replay":
+        print("usage: python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES STORY",
+              file=sys.stderr)  # fmt: skip
         return 2
-    out, mode, sm = argv
+    out, _, sm, cuda_homes, story = argv
     warnings.simplefilter("ignore")
     major, minor = (int(p) for p in sm.split("."))
-    found = (replay if mode == "replay" else select)((major, minor))
+    found = replay((major, minor), cuda_homes.split(","), story == "story", Path(out))
     found.update(python=platform.python_version(), torch=torch.__version__,
                  flashinfer=getattr(target.flashinfer, "__version__", None),
                  import_staging=target.IMPORT_STAGING)  # fmt: skip

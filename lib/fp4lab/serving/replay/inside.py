@@ -1,10 +1,8 @@
-"""Inside one SGLang environment: the GPU SGLang is made to see, its runtime stand-ins, and one
-compile through SGLang's own entry point (``install_torch_compiled`` with ``SGLangBackend``).
+"""Inside one SGLang environment: the GPU SGLang is made to see, its runtime stand-ins, and how
+a compile through SGLang's entry point (``install_torch_compiled`` with ``SGLangBackend``) is
+recorded: the outcome in dynamo's words, SGLang's compilation counter, SGLang's frames.
 
-Nothing here reimplements SGLang: the module under test is handed to the installed release's
-``install_torch_compiled`` (as its piecewise runner does, ``fullgraph=True``) and called inside
-the release's own "compiled" context managers, whichever of them the release has. Every
-patch and stand-in is returned as data, so the records list it.
+Every patch and stand-in is returned as data, so the records list it.
 """
 
 from __future__ import annotations
@@ -33,22 +31,6 @@ WEAK_REF_MODULES = (
     "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor",
 )
 """Where releases keep ``weak_ref_tensor`` (it raises off CUDA/NPU, or JIT-builds a CUDA kernel)."""
-
-COMPILED_CONTEXTS = (
-    ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph", ()),
-    ("sglang.srt.compilation.compile", "set_compiled", (True,)),
-    ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph_compile", ()),
-    (
-        "sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph.context_manager",
-        "enable_tc_piecewise_cuda_graph",
-        (),
-    ),
-    ("sglang.srt.compilation.compile_phase", "enable_torch_compile_warmup", ()),
-)
-"""The context managers SGLang's piecewise runner enters around its compile warm-up, in its
-order (0.5.3-0.5.1x: the first three; tc_piecewise releases: the last two); each release has
-some of them."""
-
 
 @contextlib.contextmanager
 def simulated_gpu(sm: tuple[int, int]) -> Iterator[list[str]]:
@@ -136,23 +118,6 @@ def runtime_standins() -> list[dict]:
     return listed
 
 
-def _attribute(module: str, name: str) -> Any:
-    try:
-        return getattr(importlib.import_module(module), name, None)
-    except ImportError:
-        return None
-
-
-def compiled_contexts() -> list[tuple[str, Callable[[], contextlib.AbstractContextManager]]]:
-    """The release's own "compiled" context managers of COMPILED_CONTEXTS, by qualified name."""
-    found = []
-    for module, name, args in COMPILED_CONTEXTS:
-        manager = _attribute(module, name)
-        if manager is not None:
-            found.append((f"{module}.{name}", lambda m=manager, a=args: m(*a)))
-    return found
-
-
 def counter() -> dict[str, int]:
     """SGLang's compilation counter (``compilation_counter``) as it stands."""
     from sglang.srt.compilation.compilation_counter import compilation_counter
@@ -167,7 +132,8 @@ def sglang_frames(tb: traceback.StackSummary) -> list[frames.Frame]:
 
 @dataclasses.dataclass
 class Compiled:
-    """One module compiled and called through SGLang's entry point."""
+    """One compile through SGLang's entry point: the outcome, SGLang's counter, its split ops,
+    the contexts entered, SGLang's frames around the failure."""
 
     outcome: trace.TraceOutcome
     counts: dict[str, int]
@@ -175,6 +141,7 @@ class Compiled:
     contexts: list[str]
     sglang_frames: list[str]
     cause: str = ""
+    entry: str = "sglang.srt.compilation.compile.install_torch_compiled"
 
     def as_record(self) -> dict:
         keep = ("num_graphs_seen", "num_piecewise_graphs_seen", "num_piecewise_capturable_graphs_seen",
@@ -186,61 +153,23 @@ class Compiled:
             "sglang_contexts": self.contexts,
             "sglang_frames": self.sglang_frames,
             "cause": self.cause,
-            "entry": "sglang.srt.compilation.compile.install_torch_compiled",
+            "entry": self.entry,
             "backend": "sglang.srt.compilation.backend.SGLangBackend",
         }
 
 
-def compile_through_sglang(module: torch.nn.Module, x: torch.Tensor) -> Compiled:
-    """``install_torch_compiled(module, fullgraph=True, compile_config=...)`` as the piecewise
-    runner calls it, then ``module(x)`` inside the release's compiled contexts; never raises for a
-    compile failure. The outcome's frames are SGLang's frames around the compile, then dynamo's
-    real stack of the traced code."""
-    from sglang.srt.compilation.compilation_config import CompilationConfig
-    from sglang.srt.compilation.compile import install_torch_compiled
-
-    torch._dynamo.reset()
-    accepts = inspect.signature(CompilationConfig).parameters
-    config = CompilationConfig(
-        [x.shape[0]], **({"compiler": "eager"} if "compiler" in accepts else {})
-    )
-    # SGLang asserts a graph pool; CPU captures no CUDA graph, so any object stands for it. The
-    # token dimension is dynamic, as the runner's inference from ``forward``'s annotations gives
-    # (0.5.3 cannot read the string annotations of a ``from __future__ import annotations`` file).
-    install_torch_compiled(
-        module,
-        dynamic_arg_dims={"x": 0},
-        fullgraph=True,
-        compile_config=config,
-        graph_pool=object(),
-    )
-    contexts = compiled_contexts()
-    before = counter()
-    outcome = trace.TraceOutcome(status="compiled", fullgraph=True, backend="sglang", seconds=0.0)
-    found: list[frames.Frame] = []
-    cause = ""
-    started = time.perf_counter()
-    try:
-        with contextlib.ExitStack() as stack:
-            for _, enter in contexts:
-                stack.enter_context(enter())
-            outcome.output = module(x)
-    except Exception as exc:  # compile failures are what is measured
-        unsupported = isinstance(exc, torch._dynamo.exc.Unsupported)
-        outcome.status = "unsupported" if unsupported else "runtime_error"
-        outcome.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
-        parsed = trace.parse_message(str(exc))
-        outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = parsed
-        outcome.gb_type = getattr(exc, "gb_type", None) or None
-        cause = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), "")
-        found = sglang_frames(traceback.extract_tb(exc.__traceback__))
-        real = getattr(exc, "real_stack", None) or traceback.extract_tb(exc.__traceback__)
-        outcome.frames = found + [f for f in frames.user_frames(real) if f not in found]
-    outcome.seconds = time.perf_counter() - started
-    after = counter()
-    counts = {k: after[k] - before[k] for k in after}
-    if outcome.status == "compiled":
-        outcome.graph_count, outcome.graph_break_count = counts["num_graphs_seen"], 0
-    split_ops = list(getattr(config, "split_ops", []))
-    names = [n for n, _ in contexts]
-    return Compiled(outcome, counts, split_ops, names, [str(f) for f in found], cause)
+def failed(outcome: trace.TraceOutcome, exc: Exception) -> tuple[str, list[str]]:
+    """``outcome`` filled from a compile failure (dynamo's words, SGLang's frames around the
+    compile, then dynamo's real stack of the traced code); returns the cause line and SGLang's
+    frames."""
+    traced = isinstance(exc, torch._dynamo.exc.TorchDynamoException)  # raised while tracing
+    outcome.status = "unsupported" if traced else "runtime_error"
+    outcome.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
+    parsed = trace.parse_message(str(exc))
+    outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = parsed
+    outcome.gb_type = getattr(exc, "gb_type", None) or None
+    cause = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), "")
+    found = sglang_frames(traceback.extract_tb(exc.__traceback__))
+    real = getattr(exc, "real_stack", None) or traceback.extract_tb(exc.__traceback__)
+    outcome.frames = found + [f for f in frames.user_frames(real) if f not in found]
+    return cause, [str(f) for f in found]

@@ -1,0 +1,280 @@
+"""Inside one SGLang environment: the release's own GLM-5 model, built on a CPU.
+
+A tiny local checkpoint folder (``CONFIG``: 2 layers, the first dense, the second MoE with 8
+routed experts and a shared one, hidden 256, DSA indexer fields) with an NVFP4 ModelOpt
+quantization config goes through the release's own path: ``ServerArgs`` (its ``__post_init__``
+picks the attention, MoE and FP4 GEMM backends for the simulated GPU), ``ModelConfig``,
+distributed set-up on a one-process gloo group, the MoE / FP8 / FP4 GEMM configuration, and
+``get_model_loader(LoadConfig(load_format="dummy"))`` (``DummyModelLoader``: the model class,
+``process_weights_after_loading`` per module, then SGLang's dummy weights). SGLang is made to
+see one GPU of the chosen SM while it is imported and the model is built (its device checks
+are cached then); allocations it sends to ``cuda`` land on the CPU. Everything that stands in
+is returned as a record (``Built.standins``).
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import ctypes
+import glob
+import importlib
+import json
+import sysconfig
+import time
+import types
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch.overrides import TorchFunctionMode
+
+from fp4lab.compile import target
+from fp4lab.core import glm5
+from fp4lab.serving.replay import inside, kernels, quantize
+
+CONFIG = {
+    "architectures": [glm5.ARCHITECTURE], "model_type": "deepseek_v3", "torch_dtype": "bfloat16",
+    "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
+    "num_hidden_layers": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+    "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 128, "kv_lora_rank": 64,
+    "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 32,
+    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 1,
+    "topk_group": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
+    "scoring_func": "sigmoid", "topk_method": "noaux_tc",
+    "index_topk": 64, "index_head_dim": 128, "index_n_heads": 4,
+    "hidden_act": "silu", "max_position_embeddings": 4096, "rope_theta": 10000.0,
+    "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
+    "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
+                            "ignore": ["lm_head", "*kv_b_proj"]},
+}  # fmt: skip
+"""GLM-5's architecture scaled down. ``model_type`` is ``deepseek_v3``: the releases' pinned
+transformers has no ``glm_moe_dsa`` config class, and GLM-5's config fields are DeepSeek-V3's
+plus the DSA indexer's. Every linear layer is NVFP4 except ``lm_head`` and ``kv_b_proj``: the
+releases' DeepSeek weight post-processing (``post_load_weights``) derives the absorbed MLA
+weights from ``kv_b_proj`` and takes no NVFP4 there."""
+
+TOKENS = 16
+"""Prefill tokens of the runner's largest warm-up (``--piecewise-cuda-graph-max-tokens``);
+at most ``index_topk``, so the stand-in dense attention equals DSA's sparse attention."""
+
+SERVER_ARGS = {"quantization": "modelopt_fp4", "load_format": "dummy", "device": "cuda",
+               "skip_tokenizer_init": True, "piecewise_cuda_graph_max_tokens": TOKENS,
+               "enable_piecewise_cuda_graph": True}  # fmt: skip
+"""What a GLM-5 user passes (the model's own quantization, the piecewise flag where the release
+has it, its token cap); those the release's ``ServerArgs`` lacks are left out and listed."""
+
+
+@dataclass
+class Built:
+    """The release's GLM-5 and everything around it that the piecewise runner needs."""
+
+    model: Any
+    server_args: Any
+    model_config: Any
+    host: Any = None
+    standins: list[dict] = field(default_factory=list)
+    facts: dict = field(default_factory=dict)
+    seconds: float = 0.0
+
+
+def write_checkpoint(folder: Path) -> Path:
+    """The tiny checkpoint folder (config.json only: the dummy loader makes the weights)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    return folder
+
+
+def _cpu(device: Any) -> Any:
+    if isinstance(device, torch.device) and device.type == "cuda":
+        return torch.device("cpu")
+    if isinstance(device, str) and device.startswith("cuda"):
+        return "cpu"
+    return "cpu" if isinstance(device, int) and not isinstance(device, bool) else device
+
+
+class CudaOnCpu(TorchFunctionMode):
+    """Tensors SGLang creates or moves to ``cuda`` during set-up land on the CPU (its device
+    checks say CUDA: they were answered by the simulated GPU and are cached)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if "device" in kwargs:
+            kwargs["device"] = _cpu(kwargs["device"])
+        if func is torch.Tensor.to:
+            args = tuple(_cpu(a) if i else a for i, a in enumerate(args))
+        return func(*args, **kwargs)
+
+
+class _Stream:
+    """``torch.cuda.Stream`` during set-up: SGLang makes an alternate stream it uses only while
+    capturing CUDA graphs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_stream(self, other: Any) -> None:
+        pass
+
+
+def _cudart() -> list[dict]:
+    """The CUDA runtime library shipped in the environment, loaded (FlashInfer's ``comm`` module
+    asserts at import that one is loaded; nothing calls into it)."""
+    found = sorted(glob.glob(f"{sysconfig.get_paths()['purelib']}/**/libcudart*.so*", recursive=True))
+    if not found:
+        return []
+    ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
+    return [kernels._record("libcudart_loaded", f"site-packages/{Path(found[0]).name}",
+                            "flashinfer/comm/cuda_ipc.py asserts at import that libcudart is "
+                            "loaded; the library bundled in the environment is loaded, no CUDA "
+                            "call is made")]  # fmt: skip
+
+
+@contextlib.contextmanager
+def _setup_standins(sm: tuple[int, int]) -> Iterator[list[dict]]:
+    """What building the model on a CPU needs beyond the simulated GPU, each listed."""
+    listed = [
+        kernels._record("cuda_on_cpu", "torch functions with device=cuda, Tensor.cuda/.to",
+                        "SGLang's cached device checks say CUDA; set-up allocations go to the CPU"),
+        kernels._record("alternate_stream", "torch.cuda.Stream",
+                        "DeepSeek's model makes an alternate stream used only in graph capture"),
+    ]  # fmt: skip
+    with (
+        target.attribute_replaced(torch.cuda, "Stream", _Stream),
+        kernels.device_queries(sm),
+        CudaOnCpu(),
+    ):
+        yield listed
+
+
+def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict], dict]:
+    """The release's ``ServerArgs`` with its own ``__post_init__``, for the simulated GPU."""
+    import dataclasses
+
+    from sglang.srt import server_args as module
+
+    fields = {f.name for f in dataclasses.fields(module.ServerArgs)}
+    given = {k: v for k, v in SERVER_ARGS.items() if k in fields}
+    memory = {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
+    listed = [kernels._record("gpu_memory", "sglang.srt.server_args.get_device_memory_capacity",
+                              f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
+    with target.attribute_replaced(module, "get_device_memory_capacity", lambda *a: memory):
+        args = module.ServerArgs(model_path=str(checkpoint), **given)
+    chosen = {k: getattr(args, k, None) for k in (
+        "attention_backend", "prefill_attention_backend", "nsa_prefill_backend",
+        "moe_runner_backend", "fp4_gemm_runner_backend", "kv_cache_dtype", "page_size",
+        "disable_shared_experts_fusion", "piecewise_cuda_graph_tokens",
+        "piecewise_cuda_graph_compiler", "enable_piecewise_cuda_graph")}  # fmt: skip
+    chosen["options_not_in_release"] = sorted(set(SERVER_ARGS) - fields)
+    return args, listed, chosen
+
+
+def _distributed(server_args: Any, model_config: Any) -> None:
+    """The release's parallel groups on one process (gloo), as ``ModelRunner`` sets them up."""
+    from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
+    from sglang.srt.layers.dp_attention import initialize_dp_attention
+
+    init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
+                                 distributed_init_method="tcp://127.0.0.1:0")  # fmt: skip
+    initialize_model_parallel(1, 1)
+    initialize_dp_attention(server_args=server_args, model_config=model_config)
+    for module, name in (("sglang.srt.layers.moe", "initialize_moe_config"),
+                         ("sglang.srt.layers.quantization.fp8_utils", "initialize_fp8_gemm_config"),
+                         ("sglang.srt.layers.quantization.fp4_utils", "initialize_fp4_gemm_config")):  # fmt: skip
+        configure = kernels._attribute(module, name)
+        if configure is not None:
+            configure(server_args)
+
+
+def _deep_gemm_sms(sm_count: int) -> list[dict]:
+    """The DSA indexer asks DeepGEMM for the GPU's SM count at construction; DeepGEMM cannot
+    import without libnvrtc, so the simulated GPU's count answers."""
+    try:
+        indexer = importlib.import_module("sglang.srt.layers.attention.nsa.nsa_indexer")
+    except ImportError:
+        return []
+    if not isinstance(getattr(indexer, "deep_gemm", None), Exception):
+        return []
+    indexer.deep_gemm = types.SimpleNamespace(get_num_sms=lambda: sm_count)
+    return [kernels._record("deep_gemm_sm_count", "nsa_indexer.deep_gemm.get_num_sms",
+                            f"DeepGEMM needs libnvrtc to import; {sm_count} SMs answer")]  # fmt: skip
+
+
+def _facts(model: Any) -> dict:
+    """The model class, and each layer kind with the quantization method the release gave it."""
+    methods = collections.Counter(
+        f"{type(m).__name__}: {type(m.quant_method).__name__}"
+        for m in model.modules()
+        if getattr(m, "quant_method", None) is not None
+    )
+    cls = type(model)
+    return {"model_class": f"{cls.__module__}.{cls.__qualname__}",
+            "model_bases": [f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:3]],
+            "quant_methods": dict(sorted(methods.items()))}  # fmt: skip
+
+
+def host(built: Built) -> Any:
+    """A ``ModelRunner`` holding what its piecewise set-up reads (``__init__`` is not run: it
+    would build KV pools, the real attention backend and profile GPU memory)."""
+    from sglang.srt.distributed import get_tp_group
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    runner = ModelRunner.__new__(ModelRunner)
+    spec = kernels._attribute("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    values = {
+        "server_args": built.server_args, "model": built.model, "model_config": built.model_config,
+        "device": "cpu", "gpu_id": 0, "is_draft_worker": False, "pp_size": 1, "tp_size": 1,
+        "is_multimodal": False, "is_hybrid_swa": False, "tp_group": get_tp_group(),
+        "spec_algorithm": spec.from_string(built.server_args.speculative_algorithm) if spec else None,
+        "req_to_token_pool": types.SimpleNamespace(size=4), "token_to_kv_pool": kernels.KVPool(),
+        "attn_backend": kernels.AttentionBackend(),
+    }  # fmt: skip
+    for name, value in values.items():
+        setattr(runner, name, value)
+    return runner
+
+
+def build(sm: tuple[int, int], checkpoint: Path) -> Built:
+    """The release's GLM-5 for a GPU of ``sm``, with its runner host; see the module docstring."""
+    started = time.perf_counter()
+    write_checkpoint(checkpoint)
+    standins = _cudart()
+    with inside.simulated_gpu(sm) as patched, inside.absent_kernel_fakes_skipped():
+        standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
+        standins += kernels.sglang_ops_on_cpu()
+        chosen = quantize.chosen()
+        server_args, listed, backends = _server_args(checkpoint, sm)
+        standins += listed
+        with _setup_standins(sm) as listed:
+            from sglang.srt.configs.device_config import DeviceConfig
+            from sglang.srt.configs.load_config import LoadConfig
+            from sglang.srt.configs.model_config import ModelConfig
+            from sglang.srt.model_loader import get_model_loader
+            from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+            standins += listed + _deep_gemm_sms(132) + kernels.load_time_kernels()
+            set_global_server_args_for_scheduler(server_args)
+            model_config = ModelConfig.from_server_args(server_args)
+            _distributed(server_args, model_config)
+            loader = get_model_loader(LoadConfig(load_format="dummy"), model_config)
+            model = loader.load_model(model_config=model_config, device_config=DeviceConfig("cpu", 0))
+    kernels.fakes_where_missing()
+    standins += kernels.sglang_op_kernels() + kernels.eager_only_kernels()
+    standins += [kernels.ATTENTION, kernels.KV_POOL]
+    facts = {**_facts(model), "loader": type(loader).__name__, "server_args": backends,
+             "simulated_gpu": patched, "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip
+    built = Built(model, server_args, model_config, standins=standins, facts=facts)
+    built.host = host(built)
+    built.seconds = time.perf_counter() - started
+    return built
+
+
+def min_capability() -> int | None:
+    """The lowest compute capability the release's NVFP4 ModelOpt config accepts (its own
+    ``get_min_capability``: 100 means SM100), or None where it has none."""
+    config = kernels._attribute("sglang.srt.layers.quantization.modelopt_quant", "ModelOptFp4Config")
+    return config.get_min_capability() if config is not None else None

@@ -1,0 +1,185 @@
+"""Inside one SGLang environment: the release's piecewise CUDA-graph runner driven on its GLM-5.
+
+``drive`` calls the release's own ``ModelRunner.init_piecewise_cuda_graphs`` on the model's
+runner host: it collects the attention and MoE layers, builds ``PiecewiseCudaGraphRunner``,
+whose ``__init__`` installs ``install_torch_compiled(fullgraph=True)`` on the language model,
+enters the release's compiled contexts and runs its compile warm-up, one forward per capture
+size, each inside ``set_forward_context``. Only what needs a GPU is left out and listed: the
+CUDA-graph capture itself (``capture``) and the graph memory pool handle. Every dynamo graph
+SGLang's backend receives is read (the ops it holds, the split ops it cuts at, the pieces).
+
+``drive(eager=True)`` is the same runner without ``install_torch_compiled``: the same warm-up
+forwards, contexts, inputs and stand-ins, run eagerly. ``output`` then runs one more warm-up
+forward on fixed token ids and positions (written into the runner's static buffers, as its
+replay does) and returns the logits.
+"""
+
+from __future__ import annotations
+
+import collections
+import contextlib
+import time
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fp4lab.compile import fix, target, trace
+from fp4lab.serving.replay import inside, kernels, model
+
+RUNNER = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
+ENTRY = "sglang.srt.model_executor.model_runner.ModelRunner.init_piecewise_cuda_graphs"
+
+CAPTURE = kernels._record(
+    "cuda_graph_capture_not_run", f"{RUNNER}.PiecewiseCudaGraphRunner.capture",
+    "capturing CUDA graphs needs a CUDA GPU; the runner's compile warm-up before it runs whole, "
+    "and inside it the piecewise backend returns before any capture",
+)  # fmt: skip
+POOL = kernels._record("graph_pool_handle", "torch.cpu.graph_pool_handle",
+                       "the runner asks its device module for a CUDA graph memory pool handle; "
+                       "an opaque object stands for it (nothing is captured)")  # fmt: skip
+EAGER = kernels._record("eager_pass", f"{RUNNER}.install_torch_compiled",
+                        "the eager pass is the same runner with install_torch_compiled left out")  # fmt: skip
+
+
+@dataclass
+class Graphs:
+    """What SGLang's backend received from dynamo: per graph, the ops it calls, in order."""
+
+    ops: list[list[str]] = field(default_factory=list)
+
+    def calls(self) -> dict[str, int]:
+        """Every torch op called in the graphs, with how often."""
+        return dict(collections.Counter(op for graph in self.ops for op in graph))
+
+    def custom(self) -> dict[str, int]:
+        """The custom ops (any namespace but aten/prims) and how often."""
+        return {op: n for op, n in self.calls().items() if op.split(".")[0] not in ("aten", "prims")}
+
+
+@dataclass
+class Run:
+    """One pass of the release's piecewise runner over its GLM-5."""
+
+    compiled: inside.Compiled
+    graphs: Graphs
+    eager: bool
+    runner: Any = None
+
+    def as_record(self) -> dict:
+        split = set(self.compiled.split_ops)
+        calls = [sum(op.removesuffix(".default") in split for op in ops) for ops in self.graphs.ops]
+        return {
+            **self.compiled.as_record(),
+            "eager": self.eager,
+            "graph_custom_ops": self.graphs.custom(),
+            "split_op_calls": calls,
+            "expected_pieces": sum(n + 1 for n in calls) if calls else None,
+        }
+
+
+def _op_name(node: torch.fx.Node) -> str | None:
+    called = node.target
+    if isinstance(called, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
+        return str(called)
+    return None
+
+
+@contextlib.contextmanager
+def _observed_graphs() -> Iterator[Graphs]:
+    """Read each graph SGLang's backend receives (nothing of it changes)."""
+    from sglang.srt.compilation import backend
+
+    seen = Graphs()
+    call = backend.SGLangBackend.__call__
+
+    def observe(self: Any, graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
+        seen.ops.append([n for n in map(_op_name, graph.graph.nodes) if n])
+        return call(self, graph, example_inputs)
+
+    with target.attribute_replaced(backend.SGLangBackend, "__call__", observe):
+        yield seen
+
+
+def _config_split_ops() -> list[str]:
+    """The split ops the release's ``CompilationConfig`` holds now (its registry)."""
+    from sglang.srt.compilation.compilation_config import CompilationConfig
+
+    return list(CompilationConfig([1]).split_ops)
+
+
+def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Run:
+    """The release's piecewise set-up on ``built`` (see the module docstring); never raises for
+    a compile failure."""
+    pcgr = __import__(RUNNER, fromlist=["PiecewiseCudaGraphRunner"])
+    torch._dynamo.reset()
+    language = getattr(built.model, "language_model", built.model)
+    language.model.__dict__.pop("forward", None)  # an earlier pass's trampoline
+    built.host.piecewise_cuda_graph_runner = None
+    outcome = trace.TraceOutcome(status="compiled", fullgraph=True, backend="sglang", seconds=0.0)
+    before, cause, found = inside.counter(), "", []
+    started = time.perf_counter()
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(target.attribute_replaced(pcgr.PiecewiseCudaGraphRunner, "capture",
+                                                      lambda self: None))  # fmt: skip
+        stack.enter_context(target.attribute_replaced(torch.cpu, "graph_pool_handle", object))
+        stack.enter_context(kernels.device_queries(sm))
+        if eager:
+            stack.enter_context(target.attribute_replaced(pcgr, "install_torch_compiled",
+                                                          lambda module, **kwargs: module))  # fmt: skip
+        graphs = stack.enter_context(_observed_graphs())
+        try:
+            built.host.init_piecewise_cuda_graphs()
+        except Exception as exc:  # a compile failure is what is measured
+            cause, found = inside.failed(outcome, exc)
+    outcome.seconds = time.perf_counter() - started
+    after = inside.counter()
+    counts = {k: after[k] - before[k] for k in after}
+    if outcome.status == "compiled":
+        outcome.graph_count, outcome.graph_break_count = counts["num_graphs_seen"], 0
+    compiled = inside.Compiled(outcome, counts, _config_split_ops(),
+                               [RUNNER + ".PiecewiseCudaGraphRunner.__init__"], found, cause,
+                               entry=ENTRY)  # fmt: skip
+    return Run(compiled, graphs, eager, built.host.piecewise_cuda_graph_runner)
+
+
+def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | None, str]:
+    """The logits of one more warm-up forward of the runner on fixed inputs (the compiled path
+    when the pass compiled), the quantize kernel that ran, and '' or why it failed."""
+    from sglang.srt.compilation.compile import set_compiled
+    from sglang.srt.compilation.piecewise_context_manager import (
+        enable_piecewise_cuda_graph,
+        enable_piecewise_cuda_graph_compile,
+    )
+
+    runner = run.runner
+    if runner is None:
+        return None, None, "the runner was not built"
+    tokens = model.TOKENS
+    generator = torch.Generator().manual_seed(0)
+    runner.input_ids[:tokens] = torch.randint(0, model.CONFIG["vocab_size"], (tokens,), generator=generator)
+    runner.positions[:tokens] = torch.arange(tokens)
+    top = runner.model_runner.model
+    kept: list[Any] = []
+
+    def forward(*args: Any, **kwargs: Any) -> Any:
+        kept.append(type(top).forward(top, *args, **kwargs))
+        return kept[-1]
+
+    try:
+        with (
+            target.attribute_replaced(top, "forward", forward),
+            kernels.device_queries(sm),
+            fix.observing() as ran,
+            set_compiled(True),
+            enable_piecewise_cuda_graph(),
+            enable_piecewise_cuda_graph_compile(),
+            torch.no_grad(),
+        ):
+            runner.warmup_torch_compile(num_tokens=tokens)
+    except Exception as exc:  # recorded: the comparison could not run
+        line = traceback.format_exception_only(exc)[-1].strip()
+        return None, None, line[:500]
+    return kept[-1].next_token_logits, ran.kernel, ""
