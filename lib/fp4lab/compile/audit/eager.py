@@ -29,7 +29,8 @@ OUTCOMES = {
     "(cuDNN, the CuTe DSL compiler, the CUDA driver)",
     "raised": "the package's own code raised for these inputs on this SM",
     "needs_values": "the call needs a tensor's values, which fake tensors do not have",
-    "cpu_build": "the CPU build of torch cannot do what a CUDA build does here",
+    "cpu_build": "the CPU build of torch cannot do what a CUDA build does here (or lacks a package "
+    "a CUDA build brings, such as triton)",
 }
 """How an eager call ends."""
 
@@ -54,6 +55,11 @@ _SM_WORDS = re.compile(
     r"|requires CUDA \d|CUDA \d+(\.\d+)? or later|CUDA version",
     re.IGNORECASE,
 )
+
+
+def in_package(file: str, package: str) -> bool:
+    """Whether a file named as ``frames`` names it belongs to ``package`` (a folder or a module)."""
+    return file.startswith(f"{package}/") or file == f"{package}.py"
 
 
 @dataclass
@@ -96,7 +102,7 @@ def _lines(package: str) -> Iterator[set[str]]:
         filename = frame.f_code.co_filename
         if filename not in names:
             relative = frames.relative_path(filename)
-            names[filename] = relative if relative.startswith(f"{package}/") else None
+            names[filename] = relative if in_package(relative, package) else None
         if names[filename] is None:
             return None
         seen.add(f"{names[filename]}:{frame.f_lineno}")
@@ -136,7 +142,7 @@ def _chained_text(exc: BaseException) -> str:
 def classify(exc: BaseException, package: str) -> Eager:
     """The outcome an exception from the call means."""
     stack = frames.user_frames(traceback.extract_tb(exc.__traceback__))
-    inside = [f for f in stack if f.file.startswith(f"{package}/")]
+    inside = [f for f in stack if in_package(f.file, package)]
     where = str(inside[-1]) if inside else (str(stack[-1]) if stack else None)
     first = (str(exc).strip().splitlines() or [""])[0][:300]
     found = Eager("raised", f"{type(exc).__module__}.{type(exc).__qualname__}", first, where)
@@ -145,8 +151,8 @@ def classify(exc: BaseException, package: str) -> Eager:
         found.outcome, found.kernel = "kernel", str(exc)
     elif type(exc).__name__ in _DATA_DEPENDENT:
         found.outcome = "needs_values"
-    elif CPU_BUILD.search(_chained_text(exc)):
-        found.outcome = "cpu_build"
+    elif CPU_BUILD.search(_chained_text(exc)) or isinstance(exc, ImportError):
+        found.outcome = "cpu_build"  # an import: what a CUDA build of torch brings (triton)
     elif boundary is not None or KERNEL_LIBRARY.search(_chained_text(exc)):
         found.outcome = "kernel"
         found.kernel = f"{boundary.module.split('.')[0]} ({boundary})" if boundary else first

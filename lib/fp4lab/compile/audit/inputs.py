@@ -211,7 +211,7 @@ def _backend_checks(fn: Callable) -> dict | None:
     if not hasattr(fn, "is_backend_supported"):
         return None
     try:
-        found = inspect.getclosurevars(fn).nonlocals.get("backend_checks")
+        found = inspect.getclosurevars(fn.is_backend_supported).nonlocals.get("backend_checks")
     except (TypeError, ValueError):
         return None
     return found if isinstance(found, dict) else None

@@ -94,7 +94,7 @@ def _functions(row: dict) -> list[str]:
 def site(row: dict, package: str = "flashinfer") -> str | None:
     """The innermost frame of ``package`` on a trace row's stack: the package's line that led
     to the blocker (the blocker frame itself when the stack has none)."""
-    inside = [f for f in row.get("frames") or [] if f.startswith(f"{package}/")]
+    inside = [f for f in row.get("frames") or [] if eager.in_package(f.split(":")[0], package)]
     return inside[-1] if inside else row.get("blocker_frame")
 
 

@@ -1,6 +1,7 @@
-"""Notebook 12's calls: each version's environment reused (compile.matrix.env), the child run in
-it (``core.venvs.run_children``), one record per (version, entry point, SM), one per version, and
-the summary."""
+"""Notebook 12's calls: each version's environment reused (compile.matrix.env), one child per
+(version, SM) run in it (``core.venvs.run_children``, one per core at once), one record per
+(version, entry point, SM), one per version, and the summary with the headline per version and SM.
+"""
 
 from __future__ import annotations
 
@@ -8,7 +9,7 @@ from collections import Counter
 
 import pandas as pd
 
-from fp4lab.compile.audit.run import VERDICTS
+from fp4lab.compile.audit.run import MUST_WRAP
 from fp4lab.compile.matrix.env import ensure_env, python
 from fp4lab.compile.matrix.versions import check_released
 from fp4lab.core import params, paths, records, venvs
@@ -16,12 +17,15 @@ from fp4lab.core import params, paths, records, venvs
 NOTEBOOK = "12_fp4_api_audit"
 TIMEOUT_S = 900
 NOT_AUDITED = ("no input spec", "unknown entry point", "error")
-"""Row verdicts that are not dynamo's: why an entry point was not traced."""
+"""Row verdicts that are not the audit's: why an entry point was not called."""
+CELLS = ("one_graph", "wrap", "ops_one_graph", "ops_wrap", "input_rejected",
+         "target_unsupported", "undetermined", "not_audited")  # fmt: skip
+"""What the summary counts per version and SM (each a list of entry point names)."""
 
 
 def check_entry_points(names: list[str] | str) -> list[str]:
     """Entry point names (empty: every one each version has); an error naming ``entry_points``
-    for anything that is not a list of FP4 entry points of the installed FlashInfer (before any
+    for anything that is not an FP4 entry point of the installed FlashInfer (before any
     environment is built; a name only older releases have is audited with the command's
     ``--versions``)."""
     if names in ("", [], ()):
@@ -30,7 +34,8 @@ def check_entry_points(names: list[str] | str) -> list[str]:
     from fp4lab.compile import target
     from fp4lab.compile.audit import surface
 
-    _, missing = surface.find(target.flashinfer, names)
+    version = getattr(target.flashinfer, "__version__", "?")
+    _, missing = surface.find(surface.discover(target.flashinfer), names, version)
     if missing:
         raise ValueError(f"entry_points contains {missing[0]['reason']}")
     return names
@@ -48,35 +53,51 @@ def prepare(versions: list[str] | str, sms: list[str], entry_points: list[str]) 
     )
 
 
-def audit_and_record(rec: records.Recorder, progress=print) -> list[dict]:
-    """Every version's environment built or reused, then audited (one child per core at once);
-    one "entry" record per row, one "version" per version, the "summary"; returns the entry rows
-    (each with its ``version``)."""
-    sms, names = rec.params["sms"], rec.params["entry_points"]
+def run_audits(
+    versions: list[str], sms: list[str], names: list[str], progress=print
+) -> dict[str, dict]:
+    """Each version's environment built or reused, then audited: one child per version and SM,
+    one per core at once. Per version: ``env``, ``error``, its ``rows`` and its ``children``
+    (what each child said besides its rows)."""
     found: dict[str, dict] = {}
-    children = {}
-    for version in rec.params["versions"]:
+    children: dict[venvs.Child, tuple[str, str]] = {}
+    for version in versions:
         built = ensure_env(version)
         progress(f"flashinfer-python=={version}: environment {built.env} {built.error}".rstrip())
+        found[version] = {"env": built.env, "error": built.error, "rows": [], "children": []}
         if built.env == "failed":
-            found[version] = {"env": "failed", "error": built.error, "rows": []}
             continue
-        args = ("--sms", ",".join(sms), "--entry-points", ",".join(names))
-        children[venvs.Child(python(version), "fp4lab.compile.audit.child", args,
-                             f"flashinfer-{version}", "audit")] = (version, built.env)  # fmt: skip
+        for sm in sms:
+            args = ("--sms", sm, "--entry-points", ",".join(names))
+            child = venvs.Child(python(version), "fp4lab.compile.audit.child", args,
+                                f"flashinfer-{version}-sm{sm}", f"the audit on SM{sm}")  # fmt: skip
+            children[child] = (version, sm)
 
     def audited(child: venvs.Child, one: dict) -> None:
-        version, env = children[child]
-        found[version] = {"rows": [], **one, "env": "failed" if "error" in one else env}
-        progress(f"  {version}: {found[version]['env']}, {len(found[version]['rows'])} rows "
-                 f"{one.get('error') or ''}".rstrip())  # fmt: skip
+        version, sm = children[child]
+        into = found[version]
+        into["children"].append({"sm": sm, **{k: v for k, v in one.items() if k != "rows"}})
+        into["rows"] += one.get("rows", [])
+        if "error" in one:
+            into["env"], into["error"] = "failed", one["error"]
+        verdicts = Counter(r["verdict"] for r in one.get("rows", []))
+        progress(f"  {version} SM{sm}: {dict(verdicts) or one.get('error')}")
 
     venvs.run_children(list(children), paths.build_dir() / "audit" / "logs", TIMEOUT_S, audited)
+    return found
+
+
+def audit_and_record(rec: records.Recorder, progress=print) -> list[dict]:
+    """``run_audits`` on the notebook's parameters; one "entry" record per row, one "version" per
+    version, the "summary"; returns the entry rows (each with its ``version``)."""
+    versions = rec.params["versions"]
+    found = run_audits(versions, rec.params["sms"], rec.params["entry_points"], progress)
     rows: list[dict] = []
     per_version = []
-    for version in rec.params["versions"]:
+    for version in versions:
         one = found[version]
-        packages = one.get("packages") or {"flashinfer-python": version}
+        first = next(iter(one["children"]), {})
+        packages = first.get("packages") or {"flashinfer-python": version}
         for row in one["rows"]:
             row = {"version": version, **row}
             target = {"sm": row["sm"], "simulated": row.get("simulated", True)}
@@ -85,15 +106,42 @@ def audit_and_record(rec: records.Recorder, progress=print) -> list[dict]:
         about = {
             "version": version,
             "env": one["env"],
-            "error": one.get("error"),
-            "entry_points_found": [e["entry_point"] for e in one.get("discovered", [])],
-            "audit_seconds": one.get("seconds"),
-            "child_seconds": one.get("child_seconds"),
+            "error": one["error"],
+            "entry_points_found": [e["entry_point"] for e in first.get("discovered", [])],
+            "surface_errors": first.get("surface_errors", {}),
+            "standins": first.get("standins", []),
+            "audit_seconds": {c["sm"]: c.get("seconds") for c in one["children"]},
+            "child_seconds": {c["sm"]: c.get("child_seconds") for c in one["children"]},
         }
         rec.add("version", about, packages=packages)
         per_version.append(about)
     rec.summary(**summarize(rows, per_version))
     return rows
+
+
+def cell_of(row: dict) -> str:
+    """Which of CELLS a row counts in."""
+    verdict, op = row["verdict"], row.get("form") == "op"
+    if verdict == "one graph":
+        return "ops_one_graph" if op else "one_graph"
+    if verdict in MUST_WRAP:
+        return "ops_wrap" if op else "wrap"
+    if verdict in ("input rejected", "target unsupported"):
+        return verdict.replace(" ", "_")
+    return "undetermined" if verdict == "undetermined on CPU" else "not_audited"
+
+
+def line(version: str, sm: str, cell: dict) -> str:
+    """One version and SM in words, for the headline."""
+    traced = len(cell["one_graph"]) + len(cell["wrap"])
+    ops = len(cell["ops_one_graph"]) + len(cell["ops_wrap"])
+    return (
+        f"{version} SM{sm}: {len(cell['one_graph'])}/{traced} entry points compile to one graph, "
+        f"{len(cell['wrap'])} must be wrapped; registered ops {len(cell['ops_one_graph'])}/{ops} "
+        f"compile; {len(cell['input_rejected'])} inputs rejected, {len(cell['target_unsupported'])} "
+        f"target unsupported, {len(cell['undetermined'])} undetermined, {len(cell['not_audited'])} "
+        "not audited"
+    )
 
 
 def _decision(by: dict[str, dict], measured: list[str]) -> dict:
@@ -104,44 +152,45 @@ def _decision(by: dict[str, dict], measured: list[str]) -> dict:
     version = measured[-1]
     sm, cell = max(by[version]["sms"].items(), key=lambda item: float(item[0]))
     one, traced = len(cell["one_graph"]), len(cell["one_graph"]) + len(cell["wrap"])
-    verdict = "UNBLOCKED" if one == traced else "BLOCKED" if one == 0 else "PARTLY BLOCKED"
+    ops = cell["ops_one_graph"]
+    verdict = (
+        "UNBLOCKED" if one == traced else "BLOCKED" if one == 0 and not ops else "PARTLY BLOCKED"
+    )
     return {
         "verdict": verdict,
-        "number": f"{one} of {traced} FP4 entry points traced compile to one graph "
-        f"(FlashInfer {version}, SM{sm})",
-        "why": "each entry point was traced under fullgraph=True with small inputs on a simulated "
-        "target; one that breaks must be wrapped in a custom op for a piecewise runner (a break "
-        "is not yet checked against an eager call with the same inputs)",
+        "number": f"{one} of {traced} FP4 entry points traced compile to one graph, "
+        f"{len(ops)} of {len(ops) + len(cell['ops_wrap'])} registered FP4 ops (FlashInfer "
+        f"{version}, SM{sm})",
+        "why": "each entry point was called eagerly and traced under fullgraph=True with the same "
+        "fake CUDA inputs on a simulated GPU; a break counts only where the eager call accepted "
+        "the inputs; a registered op that compiles (" + (", ".join(ops) or "none") + ") is what a "
+        "piecewise runner can call instead",
     }
 
 
 def summarize(rows: list[dict], per_version: list[dict]) -> dict:
-    """Per version and SM: entry points audited, how many compile to one graph (which), which a
-    piecewise runner must still wrap; the headline; ``status``."""
+    """Per version and SM: the entry point names in each of CELLS and the verdicts counted; the
+    headline; the decision; ``status``."""
     by: dict[str, dict] = {}
     for v in per_version:
         by[v["version"]] = {"env": v["env"], "error": v["error"], "sms": {}}
     for r in rows:
         cell = by[r["version"]]["sms"].setdefault(
-            r["sm"], {"verdicts": Counter(), "one_graph": [], "wrap": [], "not_audited": []}
+            r["sm"], {"verdicts": Counter(), **{name: [] for name in CELLS}}
         )
         cell["verdicts"][r["verdict"]] += 1
-        key = "one_graph" if r["verdict"] == VERDICTS[0] else "wrap"
-        cell["not_audited" if r["verdict"] in NOT_AUDITED else key].append(r["entry_point"])
+        cell[cell_of(r)].append(r["entry_point"])
     lines = []
     for version, about in by.items():
-        counts = [
-            f"SM{sm}: {len(c['one_graph'])}/{len(c['one_graph']) + len(c['wrap'])}"
-            for sm, c in sorted(about["sms"].items(), reverse=True)
-        ]
-        lines.append(f"{version}: " + ("; ".join(counts) or f"not measured ({about['error']})"))
+        cells = [line(version, sm, c) for sm, c in sorted(about["sms"].items(), reverse=True)]
+        lines += cells or [f"{version}: not measured ({about['error']})"]
     measured = [v for v, a in by.items() if a["sms"]]
     return {
         "status": "measured" if measured else "not measured",
         **_decision(by, measured),
         "versions": by,
         "versions_measured": measured,
-        "headline": "FP4 entry points that compile to one graph (of those traced), per version: "
+        "headline": "FlashInfer's FP4 surface under fullgraph=True, eager first: "
         + " | ".join(lines),
         "evidence": ["trace", "simulated_target"],
         "needs": "cpu",
@@ -149,26 +198,27 @@ def summarize(rows: list[dict], per_version: list[dict]) -> dict:
 
 
 def table(rows: list[dict]) -> pd.DataFrame:
-    """One line per (version, entry point, SM), to filter: verdicts, blockers, frames, the op."""
+    """One line per (version, entry point, SM), to filter: verdict and why, the eager outcome,
+    the first blocker, each install mode, the tensors that decided."""
     lines = []
     for r in rows:
-        tgt, cpu = r.get("target") or {}, r.get("cpu") or {}
-        op = r.get("custom_op") or {}
+        tgt, first = r.get("trace") or {}, r.get("eager") or {}
+        install = r.get("install") or {}
+        home = install.get("jit_cuda_home") or {}
         lines.append(
             {
                 "version": r["version"],
                 "sm": r["sm"],
+                "group": r.get("group"),
                 "entry_point": r["entry_point"],
-                "kind": r.get("kind"),
+                "form": r.get("form"),
                 "verdict": r["verdict"],
+                "why": r.get("why") or r.get("reason"),
+                "eager": first.get("outcome"),
                 "blocker": tgt.get("signature"),
                 "blocker_frame": tgt.get("blocker_frame"),
-                "message": tgt.get("message") or r.get("reason"),
-                "stages": ", ".join(r.get("target_stages") or []),
-                "cpu_blocker": cpu.get("signature"),
-                "after_all_stages": (r.get("final") or {}).get("signature"),
-                "custom_op": op.get("qualname") if op.get("present") else None,
-                "op_has_fake": op.get("fake_or_meta"),
+                "with_cuda_home": home.get("blocker_frame"),
+                "prebuilt_holds": (install.get("prebuilt") or {}).get("holds"),
                 "tensors": r.get("tensors"),
             }
         )
@@ -176,13 +226,13 @@ def table(rows: list[dict]) -> pd.DataFrame:
 
 
 def audit_verdict(rows: list[dict]) -> str:
-    """The headline, and per version the entry points a piecewise runner must wrap, from the
-    summary of ``rows``; AssertionError when nothing was audited."""
+    """The headline, and per version and SM the entry points in each cell, from the summary of
+    ``rows``; AssertionError when nothing was audited."""
     assert any(r["status"] == "audited" for r in rows), "no entry point could be audited"
     summary = records.latest(NOTEBOOK)[-1]["values"]
     lines = [summary["headline"]]
     for version, about in summary["versions"].items():
         for sm, cell in sorted(about["sms"].items(), reverse=True):
-            lines.append(f"{version} SM{sm} one graph: {', '.join(cell['one_graph']) or 'none'}")
-            lines.append(f"{version} SM{sm} must be wrapped: {', '.join(cell['wrap']) or 'none'}")
+            for name in CELLS[:-1]:
+                lines.append(f"{version} SM{sm} {name}: {', '.join(cell[name]) or 'none'}")
     return "\n".join(lines)
