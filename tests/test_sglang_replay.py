@@ -1,10 +1,11 @@
-"""Notebook 11: the story through SGLang's own compile path, release by release, SM by SM.
+"""Notebook 11: SGLang's own GLM-5 through each release's piecewise runner, SM by SM.
 
-Bad versions and SMs are refused before any install; an install that fails is recorded and the
-other releases go on; the notebook, run on two releases (``versions.TEST_VERSIONS``), names the
-quantize SGLang takes on each SM, reproduces the story's three signatures through SGLang 0.5.9's
-``install_torch_compiled`` with SGLang's frames in the stack, and compiles the same layer through
-SGLang's backend with a wrapped op (SGLang's counts, output equal to eager).
+Bad releases, SMs, CUDA_HOME values and patch-writer arguments are refused before any install;
+an install that fails is recorded and the other releases go on; the notebook, run on the story's
+release (``versions.TEST_VERSIONS``) and every SM, builds the release's GlmMoeDsaForCausalLM,
+reproduces the story's three signatures through its runner with the model's frames in the stack,
+follows CUDA_HOME to the first frame, and applies the patch part by part until the model compiles
+to the expected pieces and equals eager.
 """
 
 from __future__ import annotations
@@ -12,6 +13,9 @@ from __future__ import annotations
 import ast
 import json
 import re
+import subprocess
+import sys
+import time
 
 import nbformat
 import pytest
@@ -19,11 +23,12 @@ import pytest
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
 from fp4lab.serving import standins
-from fp4lab.serving.replay import decide, env, scan, split_check, study, versions
+from fp4lab.serving.replay import decide, env, patch, scan, split_check, study, versions
 
 pytestmark = pytest.mark.environments
 STORY_SIGNATURES = ["subprocess", "file_io", "compiler_disable_under_fullgraph"]
 SGLANG_COMPILE = "sglang/srt/compilation/compile.py"
+MODELOPT = "sglang/srt/layers/quantization/modelopt_quant.py:"
 NAME = "11_sglang_piecewise_replay"
 
 
@@ -38,6 +43,49 @@ def test_bad_versions_and_sms_are_refused_before_any_install(given, sms, named):
     if "contains" in str(raised.value):  # an unknown value: the allowed ones are named
         assert "allowed values: " in str(raised.value)
     assert not (paths.build_dir() / "sglang-compile" / "0.5.99").exists()
+
+
+@pytest.mark.parametrize("cuda_home", ["usr/local/cuda", ",", ["unset", 7]])
+def test_bad_cuda_home_values_are_refused_before_any_install(cuda_home):
+    with pytest.raises(ValueError, match="cuda_home"):
+        study.prepare(["0.5.9"], ["12.0"], cuda_home)
+
+
+PATCH_CASES = [
+    (["--sglang", "0.4.0", "--sm", "12.0"], "--sglang='0.4.0' is not allowed; allowed values: 0.5.3.post2"),
+    (["--sglang", "0.5.9", "--sm", "8.0"], "--sm='8.0' is not allowed; allowed values: 9.0, 10.0, 12.0"),
+    (["--sglang", "0.5.9", "--sm", "12.0", "--write-patch", "{file}"], "is a file; allowed values"),
+    (["--sm", "12.0"], "the following arguments are required: --sglang"),
+]  # fmt: skip
+
+
+@pytest.mark.parametrize(("argv", "named"), PATCH_CASES, ids=[a[1] for a, _ in PATCH_CASES])
+def test_the_patch_writer_names_a_bad_argument_before_any_work(argv, named, tmp_path, reliability):
+    (tmp_path / "a-file").write_text("")
+    argv = [a.format(file=tmp_path / "a-file") for a in argv]
+    argv += [] if "--write-patch" in argv else ["--write-patch", str(tmp_path / "patch")]
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "fp4lab.serving.replay", *argv],
+                          capture_output=True, text=True, timeout=120)  # fmt: skip
+    output = done.stdout + done.stderr
+    reliability({"case": " ".join(["fp4lab.serving.replay", *argv]), "kind": "bad input",
+                 "clear_error": named in output, "traceback": "Traceback" in output, "orphans": 0,
+                 "seconds": time.monotonic() - started})  # fmt: skip
+    assert done.returncode == 2 and named in done.stderr and "Traceback" not in output, output
+    assert not (tmp_path / "patch").exists()
+
+
+def test_the_patch_text_holds_the_parts_asked_for(tmp_path):
+    text = patch.render("0.5.9", "12.0", ["fp4_quantize_op"], {"module": "m", "name": "fq"})
+    compile(text, "plugin", "exec")
+    assert 'custom_op("fp4lab_patch::fp4_quantize"' in text and "dsa_indexer" not in text
+    written = patch.write(tmp_path, "0.5.9", "12.0", text)
+    assert [p.name for p in written] == [
+        f"{patch.module_name('0.5.9', '12.0')}{s}" for s in (".py", ".pth")
+    ]
+    assert written[1].read_text() == f"import {written[0].stem}\n"
+    with pytest.raises(ValueError, match="parts contains 'x'; allowed values"):
+        patch.render("0.5.9", "12.0", ["x"])
 
 
 def test_the_scan_names_direct_and_wrapped_calls(tmp_path):
@@ -82,7 +130,7 @@ def test_a_failed_install_is_recorded_and_the_others_go_on(isolated_outputs):
 
 @pytest.fixture(scope="module")
 def notebook_records(tmp_path_factory):
-    """Notebook 11 run once on the two test releases and every SM; its records, and whether its
+    """Notebook 11 run once on the test release and every SM; its records, and whether its
     figure was written (records and figures in a temporary folder)."""
     out = tmp_path_factory.mktemp("notebook11")
     with pytest.MonkeyPatch.context() as patch:
@@ -99,83 +147,105 @@ def _of(found: list[dict], kind: str) -> list[dict]:
     return [r["values"] for r in found if r["kind"] == kind]
 
 
-def test_sglang_0_5_9_takes_flashinfer_directly_only_on_sm120(notebook_records):
-    chosen = {
-        r["sm"]: r for r in _of(notebook_records, "selection") if r["sglang_version"] == "0.5.9"
-    }
-    assert chosen["12.0"]["implementation"] == "flashinfer_direct"
-    assert chosen["12.0"]["object"] == "flashinfer.fp4_quantization.fp4_quantize"
-    for sm in ("9.0", "10.0"):
-        assert chosen[sm]["implementation"] == "sgl_kernel_op"
-        assert chosen[sm]["op"] == "sgl_kernel::scaled_fp4_quant"
-    assert all(r["call_site"].startswith("sglang/srt/layers/quantization/modelopt_quant.py:")
-               for r in chosen.values())  # fmt: skip
-    summary = _of(notebook_records, "summary")[-1]
-    assert summary["sm120_specific_0_5_9"] is True
-    assert summary["story_blockers_0_5_9"] == STORY_SIGNATURES
+def _replay(found: list[dict], sm: str) -> dict:
+    (replay,) = [
+        r for r in _of(found, "replay") if r["sm"] == sm and r["sglang_version"] == "0.5.9"
+    ]
+    return replay
 
 
-def test_the_story_replays_through_sglang_0_5_9s_own_compile_path(notebook_records):
-    (replay,) = [r for r in _of(notebook_records, "replay") if r["sglang_version"] == "0.5.9"]
-    assert replay["sm"] == versions.STORY_SM
+def test_the_module_under_test_is_the_releases_own_glm5(notebook_records):
+    facts = _replay(notebook_records, versions.STORY_SM)["facts"]
+    assert facts["model_class"] == "sglang.srt.models.glm4_moe.GlmMoeDsaForCausalLM"
+    assert facts["loader"] == "DummyModelLoader"
+    methods = facts["quant_methods"]
+    assert methods["FusedMoE: ModelOptNvFp4FusedMoEMethod"] == 1, "one MoE layer, NVFP4"
+    assert methods["ReplicatedLinear: ModelOptFp4LinearMethod"] > 0
+    assert facts["quantize"]["implementation"] == "flashinfer_direct"
+    assert facts["quantize"]["call_site"].startswith(
+        "sglang/srt/layers/quantization/modelopt_quant.py:"
+    )
+    assert facts["server_args"]["attention_backend"] == "nsa", "the release's own choice for DSA"
+
+
+def test_the_story_replays_through_the_releases_runner_on_its_glm5(notebook_records):
+    replay = _replay(notebook_records, versions.STORY_SM)
     assert decide.blockers(replay["chain"]) == STORY_SIGNATURES
     for row in replay["chain"]:
         assert row["signature"] != "ok"
-        functions = [f for f in row["frames"] if f.startswith(SGLANG_COMPILE)]
-        assert any(f.endswith(":_ensure_compiled") for f in functions), row["frames"]
-        assert any(f.endswith(":trampoline") for f in functions)
-        assert row["entry"] == "sglang.srt.compilation.compile.install_torch_compiled"
-    assert "simulated_target" in replay["evidence"]
+        assert any(
+            f.endswith(":_ensure_compiled") for f in row["frames"] if f.startswith(SGLANG_COMPILE)
+        )
+        assert any("piecewise_cuda_graph_runner.py" in f for f in row["frames"])
     subprocess_row = next(r for r in replay["chain"] if r["signature"] == "subprocess")
+    assert any(f.startswith("sglang/srt/models/deepseek_v2.py:") for f in subprocess_row["frames"])
+    assert any(f.startswith(MODELOPT) for f in subprocess_row["frames"])
     assert subprocess_row["blocker_frame"].startswith("flashinfer/jit/")
-    names = {s["name"] for s in replay["runtime_standins"]}
-    assert "weak_ref_tensor_identity" in names
+    assert "simulated_target" in replay["evidence"]
+    eager = replay["eager_release"]
+    assert eager["status"] == "runtime_error", "eagerly, FlashInfer's JIT cannot build on a CPU"
+    assert any(f.startswith("flashinfer/") for f in eager["frames"])
 
 
-def test_the_layer_compiles_through_sglangs_backend_with_a_wrapped_op(notebook_records):
-    replays = {r["sglang_version"]: r for r in _of(notebook_records, "replay")}
-    ours = replays["0.5.9"]["fp4lab_op"]
-    assert ours["signature"] == "ok" and ours["equals_eager"] is True
-    assert ours["sglang_counter"]["num_graphs_seen"] == 1
-    assert ours["sglang_counter"]["num_piecewise_graphs_seen"] == 1
-    assert replays["0.5.9"]["sglang_op"] == {"present": False}
-    theirs = replays["0.5.21"]["sglang_op"]
-    assert theirs["op"] == "sglang::flashinfer_fp4_quantize"
-    assert theirs["signature"] == "ok" and theirs["equals_eager"] is True
-    assert theirs["sglang_counter"]["num_graphs_seen"] == 1
-    assert theirs["kernel"].startswith("fp4lab reference")
+def test_the_first_blocker_frame_follows_cuda_home(notebook_records):
+    cases = {c["cuda_home"]: c for c in _replay(notebook_records, versions.STORY_SM)["cuda_home"]}
+    assert set(cases) == {"unset", "/usr/local/cuda"}
+    assert all(c["signature"] == "subprocess" for c in cases.values())
+    assert cases["unset"]["blocker_frame"].endswith(":get_cuda_path"), "which nvcc"
+    assert cases["/usr/local/cuda"]["blocker_frame"].endswith(":get_cuda_version"), "nvcc --version"
 
 
-def test_later_releases_take_sglangs_wrapped_op_everywhere(notebook_records):
-    chosen = [r for r in _of(notebook_records, "selection") if r["sglang_version"] == "0.5.21"]
-    assert sorted(r["sm"] for r in chosen) == sorted(versions.SMS)
-    for r in chosen:
-        assert r["implementation"] == "sglang_op" and r["fake_registered"] is True
-        assert r["chain"][-1]["signature"] == "ok"
-    decisions = {(r["sglang_version"], r["sm"]): r for r in _of(notebook_records, "decision")}
-    assert decisions[("0.5.21", "12.0")]["outcome"] == "compiles"
-    assert decisions[("0.5.21", "12.0")]["flag"] == "--cuda-graph-backend-prefill tc_piecewise"
-    assert decisions[("0.5.21", "12.0")]["glm5_auto_disabled"] == {
-        "disabled": False,
-        "from": "sglang.srt.configs.model_config.is_piecewise_cuda_graph_disabled_model",
-    }
-    assert decisions[("0.5.9", "12.0")]["outcome"] == "blocked"
-    assert decisions[("0.5.9", "12.0")]["flag"] == "--enable-piecewise-cuda-graph"
-    assert decisions[("0.5.9", "12.0")]["glm5_auto_disabled"] == {"disabled": False, "from": None}
-    assert decisions[("0.5.9", "9.0")]["outcome"] == "not traceable here"
+def test_the_patch_makes_glm5_compile_to_the_expected_pieces_and_equal_eager(notebook_records):
+    fixed = _replay(notebook_records, versions.STORY_SM)["fix"]
+    assert fixed["parts"] == list(patch.PARTS)
+    steps = fixed["steps"]
+    assert [s["parts"] for s in steps] == [list(patch.PARTS[:i]) for i in range(4)]
+    assert "nsa_indexer.py" in steps[1]["blocker_frame"], "the next wall is the DSA indexer"
+    assert "radix_attention.py" in steps[2]["blocker_frame"], "then DSA attention's split op"
+    assert fixed["compiles"] and fixed["equals_eager"] is True and fixed["finite"]
+    assert fixed["pieces"] == fixed["expected_pieces"] > fixed["graphs"]
+    ops = fixed["graph_custom_ops"]
+    assert ops["fp4lab_patch.fp4_quantize"] > 0 and ops["fp4lab_patch.dsa_indexer"] > 0
+    assert "sglang.moe_forward_piecewise_cuda_graph_impl" in ops
+    assert fixed["kernel"].startswith("fp4lab reference")
+    assert {"trace", "reference_kernel"} <= set(fixed["evidence"])
+    compile(fixed["plugin"], "plugin", "exec")  # the file a user installs is Python
+
+
+def test_each_sm_takes_the_releases_own_path(notebook_records):
+    decisions = {r["sm"]: r for r in _of(notebook_records, "decision")}
+    story = decisions[versions.STORY_SM]
+    assert (story["outcome"], story["blocked_at"]) == ("blocked", "subprocess")
+    assert story["flag"] == "--enable-piecewise-cuda-graph"
+    assert story["moe_op"] == "sglang::moe_forward_piecewise_cuda_graph_impl"
+    assert decisions["10.0"]["quantize"] == "sgl_kernel_op"
+    assert decisions["10.0"]["patch"] == ["dsa_indexer_split_op", "dsa_attention_split_op"]
+    assert (
+        decisions["10.0"]["moe_op"]
+        == "sglang::flashinfer_fp4_moe_forward_piecewise_cuda_graph_impl"
+    )
+    assert decisions["9.0"]["outcome"] == "not applicable" and "SM10.0+" in decisions["9.0"]["note"]
+    summary = _of(notebook_records, "summary")[-1]
+    assert summary["sm120_specific_0_5_9"] is True
+    assert summary["story_blockers_0_5_9"] == STORY_SIGNATURES
     assert _of(notebook_records, "figure") == [{"written": True}]
 
 
-def test_every_environment_says_where_its_torch_differs_from_the_pin(notebook_records):
+def test_every_stand_in_is_listed_with_its_boundary_and_why(notebook_records):
+    names = {s["name"]: s for s in _replay(notebook_records, versions.STORY_SM)["standins"]}
+    for name in ("attention_backend", "sgl_kernel_ops", "sglang::fp4_gemm_cpu_kernel",
+                 "cutlass_moe_fp4_eager_only", "cuda_graph_capture_not_run", "eager_pass"):  # fmt: skip
+        assert name in names and names[name]["why"], name
+
+
+def test_the_environment_says_where_its_torch_differs_from_the_pin(notebook_records):
     envs = {r["version"]: r for r in _of(notebook_records, "environment")}
     assert envs["0.5.9"]["differs"] == ["torch: release pins ==2.9.1, installed 2.13.0+cpu"]
-    assert envs["0.5.21"]["differs"] == []
     assert envs["0.5.9"]["pins"]["flashinfer-python"] == "==0.6.3"
-    for version, found in envs.items():
-        [removed] = [s for s in found["standins"] if s["name"] == standins.BINARIES_REMOVED]
-        site = standins.site_packages(str(env.env_dir(version) / "venv" / "bin" / "python"))
-        assert not list((site / standins.KERNEL_BINARIES).rglob("*.so*")), version
-        assert removed["removed"] and removed["bytes"] > 100 * 2**20, "the CUDA op libraries"
+    [removed] = [s for s in envs["0.5.9"]["standins"] if s["name"] == standins.BINARIES_REMOVED]
+    site = standins.site_packages(str(env.env_dir("0.5.9") / "venv" / "bin" / "python"))
+    assert not list((site / standins.KERNEL_BINARIES).rglob("*.so*"))
+    assert removed["removed"] and removed["bytes"] > 100 * 2**20, "the CUDA op libraries"
 
 
 @pytest.mark.parametrize("version", versions.TEST_VERSIONS)
@@ -249,7 +319,6 @@ def test_the_glm5_flags_follow_each_releases_parser_and_auto_disable_rule():
     gone = _option("--cuda-graph-backend-prefill", choices=["full", "breakable", "disabled"])
     flags, how = decide.glm5_flags([gone], False)
     assert flags is None and how.startswith("the release removed torch.compile piecewise graphs")
-    row = decide.cell(
-        "0.5.23", "12.0", {"implementation": "sglang_op", "piecewise_options": [gone]}, {}
-    )
+    row = decide.cell("0.5.23", "12.0", {"piecewise_options": [gone], "fix": {"compiles": True}})
     assert (row["outcome"], row["flag"]) == ("not applicable", "none reaches it")
+    assert "traced anyway: compiles as released" in row["note"]

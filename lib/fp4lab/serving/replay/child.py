@@ -62,7 +62,9 @@ def part_for(row: dict) -> str | None:
     words = " ".join(str(row.get(k) or "") for k in ("message", "cause"))
     if row["status"] == "compiled":
         return None
-    if any("modelopt_quant.py" in f for f in frames) and any(f.startswith("flashinfer/") for f in frames):
+    if any("modelopt_quant.py" in f for f in frames) and any(
+        f.startswith("flashinfer/") for f in frames
+    ):
         return "fp4_quantize_op"
     if any("/nsa/nsa_indexer.py" in f for f in frames) or "nsa_indexer.py" in words:
         return "dsa_indexer_split_op"
@@ -254,16 +256,14 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
     found: dict[str, Any] = {}
     try:
         built = model.build(sm, out.parent / "checkpoint")
-        found["min_capability"] = model.min_capability()
     except Exception as exc:  # recorded: the exact obstacle on this machine
         import traceback
 
-        found["min_capability"] = model.min_capability()
         found["build_error"] = traceback.format_exception_only(exc)[-1].strip()[:800]
         found["build_frames"] = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}:{f.name}"
                                  for f in traceback.extract_tb(exc.__traceback__)][-8:]  # fmt: skip
-        return found
-    found |= {"facts": built.facts, "standins": built.standins + [runner.CAPTURE, runner.POOL],
+        return found | release_rules()
+    found |= {"facts": built.facts, "standins": [*built.standins, runner.CAPTURE, runner.POOL],
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
     with torch.no_grad():
         found["eager_release"] = eager_release(built, sm)
@@ -272,6 +272,13 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
             found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
         found["fix"] = fix_walk(built, sm, _version(), out)
     found["standins"].append(runner.EAGER)
+    return found | release_rules()
+
+
+def release_rules() -> dict:
+    """The release's own rules for GLM-5: its piecewise options, its auto-disable rule, the
+    lowest SM its NVFP4 config accepts."""
+    found: dict[str, Any] = {"min_capability": model.min_capability()}
     try:
         found["piecewise_options"] = piecewise_options()
         found["glm5_auto_disabled"] = glm5_auto_disabled()

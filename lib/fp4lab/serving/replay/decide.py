@@ -1,19 +1,28 @@
-"""The decision re-decided per SGLang version and SM, from what each version's records say.
+"""The decision re-decided per SGLang release and SM, from what each replay of GLM-5 recorded.
 
-For each (version, SM): the quantize SGLang's NVFP4 linear method took there, what compiling
-that path through SGLang's own backend gave (blocked at which of the story's signatures, or
-compiled through which op, with SGLang's graph and piecewise counts), and the piecewise flag
-the release's own ``server_args.py`` offers.
+For each (release, SM): the option a GLM-5 user passes (the release's own parser and auto-disable
+rule), the model class the release built, the quantize its NVFP4 linear method took, what
+compiling the model through the release's piecewise runner gave (compiles as released, blocked at
+which blockers, not applicable, not measured), the patch that removes the blockers and whether
+the patched model then compiles and equals eager, and the MoE's path under the trace.
 """
 
 from __future__ import annotations
 
 from fp4lab.core import evidence, glm5
+from fp4lab.serving.replay import patch
 
 STORY_SIGNATURES = ("subprocess", "file_io", "compiler_disable_under_fullgraph")
 """The story's three blockers (nvcc query, the JIT's file I/O, the compiler.disable patch)."""
 
-OUTCOMES = ("blocked", "compiles", "not applicable", "not traceable here", "not measured")
+OUTCOMES = ("blocked", "compiles", "not applicable", "not measured")
+
+BLOCKERS = {
+    "fp4_quantize_op": "FlashInfer's FP4 quantize JIT",
+    "dsa_indexer_split_op": "the DSA indexer's data-dependent branch",
+    "dsa_attention_split_op": "DSA attention's topk_indices at the attention split op",
+}
+"""What the blocker each patch part removes is, in words."""
 
 
 def glm5_flags(options: list[dict], auto_disabled: bool) -> tuple[list[str] | None, str]:
@@ -61,91 +70,136 @@ def blockers(chain: list[dict]) -> list[str]:
     return [r["signature"] for r in chain if r["signature"] in STORY_SIGNATURES]
 
 
-def cell(version: str, sm: str, selection: dict, replay: dict) -> dict:
-    """One (version, SM) row of the decision table."""
-    kind = selection.get("implementation", "none")
-    chain = selection.get("chain", [])
-    final = chain[-1] if chain else {}
-    levels = evidence.of_values(chain)
-    disabled = selection.get("glm5_auto_disabled") or {}
-    flags, how = glm5_flags(selection.get("piecewise_options", []), bool(disabled.get("disabled")))
-    row = {"sglang_version": version, "sm": sm, "quantize": kind,
-           "quantize_object": selection.get("object"), "fake_registered": selection.get("fake_registered"),
-           "flag": " ".join(flags) if flags else ("none needed" if flags == [] else "none reaches it"),
-           "flag_why": how, "glm5_auto_disabled": disabled, "blocked_at": None, "compiles_through": None,
-           "graphs": None, "piecewise_graphs": None, "evidence": levels}  # fmt: skip
-    if selection.get("error") or selection.get("import_error"):
-        why = selection.get("error") or selection.get("import_error")
-        return {**row, "outcome": "not measured", "note": why}
-    if flags is None:
-        return {**row, "outcome": "not applicable", "note": how}
-    if kind == "sgl_kernel_op" and not selection.get("op_exists"):
-        return {**row, "outcome": "not traceable here",
-                "note": "sgl_kernel's op library is a CUDA-only binary: its op does not exist on CPU"}  # fmt: skip
-    if not chain:
-        return {**row, "outcome": "not traceable here",
-                "note": f"{selection.get('object')} ({kind}) was not traced: fp4lab traces FlashInfer's "
-                "function and registered ops"}  # fmt: skip
-    if final.get("signature") == "ok":
-        counter = final.get("sglang_counter", {})
-        return {**row, "outcome": "compiles", "compiles_through": selection.get("object"),
-                "graphs": counter.get("num_graphs_seen"),
-                "piecewise_graphs": counter.get("num_piecewise_graphs_seen"), "note": ""}  # fmt: skip
-    met = blockers(chain) or [final.get("signature")]
-    op = (
-        replay.get("sglang_op", {})
-        if replay.get("sglang_op", {}).get("signature") == "ok"
-        else replay.get("fp4lab_op", {})
+def moe_path(replay: dict, calls: list[dict]) -> tuple[str, str | None]:
+    """Where the FP4 MoE's quantize is under the trace: hidden behind the custom op the traced
+    graph holds (named), or not reached; and that op."""
+    fixed = replay.get("fix", {})
+    methods = replay.get("facts", {}).get("quant_methods", {})
+    moe = next((m for m in methods if "MoE" in m.split(":")[0]), None)
+    if not fixed.get("compiles"):
+        return f"{moe or 'the MoE layer'}: not reached by the trace", None
+    ops = [op for op in fixed.get("graph_custom_ops", {}) if "moe" in op.split(".")[-1]]
+    if not ops:
+        return f"{moe}: traced inline (no MoE op in the graph)", None
+    cls = (moe or "").split(":")[0]
+    direct = [c for c in calls if not c["wrapped"] and c["file"].endswith("fused_moe_triton/layer.py")
+              and c["entry_point"].endswith("fp4_quantize") and cls == "FlashInferFP4MoE"]  # fmt: skip
+    where = (
+        f"; it calls {direct[0]['call']} at {direct[0]['file']}:{direct[0]['line']}"
+        if direct
+        else ""
     )
-    fix = op.get("op") if op.get("signature") == "ok" else None
-    return {**row, "outcome": "blocked", "blocked_at": met[0], "compiles_through": fix,
-            "graphs": op.get("sglang_counter", {}).get("num_graphs_seen") if fix else None,
-            "piecewise_graphs": op.get("sglang_counter", {}).get("num_piecewise_graphs_seen") if fix else None,
-            "note": f"chain: {' -> '.join(r['signature'] for r in chain)}" + (
-                "" if fix else f"; with a wrapped op: {op.get('cause') or op.get('message')}")}  # fmt: skip
+    op = ops[0].replace(".", "::", 1)
+    return f"{moe} inside {op}: its quantize is not traced{where}", op
+
+
+def _flag_row(replay: dict) -> tuple[list[str] | None, str, dict]:
+    disabled = replay.get("glm5_auto_disabled") or {}
+    flags, how = glm5_flags(replay.get("piecewise_options", []), bool(disabled.get("disabled")))
+    return flags, how, disabled
+
+
+def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -> dict:
+    """One (release, SM) row of the decision table."""
+    flags, how, disabled = _flag_row(replay)
+    facts = replay.get("facts", {})
+    quantize = facts.get("quantize", {})
+    fixed = replay.get("fix", {})
+    chain = replay.get("chain", [])
+    rows = [*chain, *fixed.get("steps", [])]
+    moe, moe_op = moe_path(replay, calls or [])
+    row = {"sglang_version": version, "sm": sm, "model_class": facts.get("model_class"),
+           "quantize": quantize.get("implementation", "none"), "quantize_object": quantize.get("object"),
+           "fake_registered": quantize.get("fake_registered"),
+           "flag": " ".join(flags) if flags else ("none needed" if flags == [] else "none reaches it"),
+           "flag_why": how, "glm5_auto_disabled": disabled, "blocked_at": None, "blockers": [],
+           "patch": fixed.get("parts", []), "compiles_with_patch": None, "equals_eager": None,
+           "graphs": fixed.get("graphs"), "pieces": fixed.get("pieces"),
+           "expected_pieces": fixed.get("expected_pieces"), "moe": moe, "moe_op": moe_op,
+           "first_frames": {c["cuda_home"]: c["blocker_frame"] for c in replay.get("cuda_home", [])},
+           "evidence": evidence.of_values(rows)}  # fmt: skip
+    if "build_error" in replay or replay.get("error"):
+        least = replay.get("min_capability")
+        major, minor = (int(p) for p in sm.split("."))
+        if least and major * 10 + minor < least:
+            note = (f"the release's NVFP4 config needs SM{least // 10}.{least % 10}+ "
+                    f"(ModelOptFp4Config.get_min_capability): {replay['build_error']}")  # fmt: skip
+            return {**row, "outcome": "not applicable", "note": note}
+        return {**row, "outcome": "not measured",
+                "note": replay.get("build_error") or replay.get("error")}  # fmt: skip
+    steps = fixed.get("steps", [])
+    met = [BLOCKERS[p] for p in fixed.get("parts", [])]
+    last = steps[-1] if steps else {}
+    if fixed.get("compiles") is False:
+        met.append(f"{last.get('blocker_frame')}: {last.get('message')}")
+    row |= {"blockers": met, "compiles_with_patch": fixed.get("compiles"),
+            "equals_eager": fixed.get("equals_eager")}  # fmt: skip
+    story = blockers(chain)
+    first = story[0] if story else (met[0] if met else None)
+    if flags is None:
+        traced = "compiles as released" if not met else f"blocked at {first}"
+        return {**row, "outcome": "not applicable", "blocked_at": first if met else None,
+                "note": f"{how} (traced anyway: {traced})"}  # fmt: skip
+    if not met:
+        return {**row, "outcome": "compiles", "note": ""}
+    note = f"blockers: {' -> '.join(met)}"
+    if fixed.get("compiles"):
+        note += (f"; with the patch ({', '.join(fixed['parts'])}) it compiles "
+                 f"({fixed.get('pieces')} pieces, expected {fixed.get('expected_pieces')}) and "
+                 f"{'equals' if fixed.get('equals_eager') else 'does NOT equal'} eager")  # fmt: skip
+    return {**row, "outcome": "blocked", "blocked_at": first, "note": note}
 
 
 def sm120_specific(rows: list[dict], version: str) -> bool | None:
-    """Whether, in ``version``, only SM120 takes FlashInfer's quantize directly (None: unknown)."""
-    mine = {r["sm"]: r["quantize"] for r in rows if r["sglang_version"] == version}
-    if "12.0" not in mine or len(mine) < 2 or "none" in mine.values():
+    """Whether, in ``version``, only SM120 met FlashInfer's FP4 quantize JIT (None: unknown)."""
+    mine = {r["sm"]: r for r in rows if r["sglang_version"] == version}
+    measured = {sm: r for sm, r in mine.items() if r["outcome"] in ("blocked", "compiles")}
+    if "12.0" not in measured or len(measured) < 2:
         return None
-    others = [kind for sm, kind in mine.items() if sm != "12.0"]
-    return mine["12.0"] == "flashinfer_direct" and "flashinfer_direct" not in others
+    fp4 = BLOCKERS["fp4_quantize_op"]
+    others = [fp4 in r["blockers"] for sm, r in measured.items() if sm != "12.0"]
+    return fp4 in measured["12.0"]["blockers"] and not any(others)
+
+
+def _what(r: dict) -> str:
+    if r["outcome"] == "blocked":
+        if not r["compiles_with_patch"]:
+            return f"blocked at {r['blocked_at']}"
+        same = "equals" if r["equals_eager"] else "differs from"
+        return f"blocked at {r['blocked_at']}; patch {'+'.join(r['patch'])}: compiles, {same} eager"
+    if r["outcome"] in ("not applicable", "not measured"):
+        return f"{r['outcome']} ({r['note']})"
+    return "compiles as released"
 
 
 def compact(rows: list[dict]) -> list[str]:
-    """One line per version, SMs with the same outcome grouped: the decision report's quote."""
+    """One line per release, SMs with the same outcome grouped: the decision report's quote."""
     lines = []
     for version in dict.fromkeys(r["sglang_version"] for r in rows):
         groups: dict[str, list[str]] = {}
-        for r in (r for r in rows if r["sglang_version"] == version):
-            if r["outcome"] == "blocked":
-                what = f"blocked at {r['blocked_at']} ({r['quantize']})"
-            elif r["outcome"] == "compiles":
-                what = f"compiles through {r['compiles_through']}"
-            elif r["outcome"] == "not applicable":
-                what = f"not applicable ({r['note']})"
-            else:
-                what = f"{r['quantize']}: {r['outcome']}"
+        mine = [r for r in rows if r["sglang_version"] == version]
+        for r in mine:
+            what = f"{_what(r)} [{', '.join(r['evidence']) or 'no evidence'}]; MoE: {r['moe']}"
             groups.setdefault(what, []).append(f"SM{r['sm']}")
         said = "; ".join(f"{'/'.join(sms)} {what}" for what, sms in groups.items())
-        first = rows[[r["sglang_version"] for r in rows].index(version)]
-        lines.append(f"SGLang {version}: {said}; GLM-5 flag: {first['flag']} ({first['flag_why']})")
+        model = mine[0]["model_class"] or "model not built"
+        lines.append(f"SGLang {version} ({model.split('.')[-1]}): GLM-5 flag: {mine[0]['flag']} "
+                     f"({mine[0]['flag_why']}); {said}")  # fmt: skip
     return lines
 
 
 def decision(rows: list[dict]) -> dict:
-    """The decision report's verdict, number and why over every (release, SM) traced where a
-    GLM-5 user can reach torch.compile piecewise graphs."""
+    """The decision report's verdict, number and why over every (release, SM) where a GLM-5
+    user can reach torch.compile piecewise graphs and the model was traced."""
     traced = [r for r in rows if r["outcome"] in ("blocked", "compiles")]
-    blocked = [f"{r['sglang_version']} SM{r['sm']}" for r in rows if r["outcome"] == "blocked"]
-    through = sorted({str(r["compiles_through"]) for r in rows if r["outcome"] == "compiles"})
-    unreachable = sorted({r["sglang_version"] for r in rows if r["outcome"] == "not applicable"})
+    blocked = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "blocked"]
+    unblocked = [r for r in traced if r["outcome"] == "blocked" and r["equals_eager"]]
+    unreachable = sorted({r["sglang_version"] for r in rows if r["outcome"] == "not applicable"
+                          and r["flag"] == "none reaches it"})  # fmt: skip
     if not traced:
         return {"verdict": "NOT APPLICABLE" if unreachable else "UNMEASURED",
                 "number": "no release x SM traced here",
-                "why": "no release's quantize could be traced on this machine"}  # fmt: skip
+                "why": "no release's GLM-5 could be built and traced on this machine"}  # fmt: skip
     verdict = (
         "UNBLOCKED"
         if not blocked
@@ -153,9 +207,11 @@ def decision(rows: list[dict]) -> dict:
         if len(blocked) == len(traced)
         else "PARTLY BLOCKED"
     )
-    why = (f"traced through each release's own install_torch_compiled on fp4lab's stand-in layer; "
-           f"blocked where FlashInfer's quantize is called directly ({', '.join(blocked) or 'nowhere'}), "
-           f"compiles through {', '.join(through) or 'nothing'}")  # fmt: skip
+    parts = sorted({p for r in traced for p in r["patch"]}, key=patch.PARTS.index)
+    why = (f"SGLang's own {glm5.ARCHITECTURE} (tiny config, NVFP4, dummy weights) traced through "
+           f"each release's piecewise runner; blocked in {', '.join(blocked) or 'none'}"
+           + (f"; fp4lab's patch ({', '.join(parts)}) makes {len(unblocked)} of them compile "
+              f"and equal eager" if parts else ""))  # fmt: skip
     if unreachable:
         why += (
             f"; no GLM-5 option reaches torch.compile piecewise graphs in {', '.join(unreachable)}"

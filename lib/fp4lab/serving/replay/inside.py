@@ -9,13 +9,10 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib
-import inspect
 import sys
-import time
 import traceback
 import types
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any
 
 import torch
@@ -31,6 +28,7 @@ WEAK_REF_MODULES = (
     "sglang.srt.model_executor.runner_backend_utils.weak_ref_tensor",
 )
 """Where releases keep ``weak_ref_tensor`` (it raises off CUDA/NPU, or JIT-builds a CUDA kernel)."""
+
 
 @contextlib.contextmanager
 def simulated_gpu(sm: tuple[int, int]) -> Iterator[list[str]]:

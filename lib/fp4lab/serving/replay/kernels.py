@@ -61,7 +61,9 @@ def _fused_add_rmsnorm(x, residual, weight, eps, pdl) -> None:
 
 def _silu_and_mul(out: torch.Tensor, x: torch.Tensor) -> None:
     half = x.shape[-1] // 2
-    out.copy_((torch.nn.functional.silu(x[..., :half].float()) * x[..., half:].float()).to(out.dtype))
+    out.copy_(
+        (torch.nn.functional.silu(x[..., :half].float()) * x[..., half:].float()).to(out.dtype)
+    )
 
 
 LINEAR_QUANTIZE = "fp4lab reference (CPU kernel of sgl_kernel::scaled_fp4_quant)"
@@ -107,16 +109,16 @@ SGL_KERNEL_OPS = {
 """The sgl_kernel ops GLM-5's forward calls: schema (as sgl_kernel's Python wrapper calls the
 op), CPU kernel, and a fake where the op returns tensors (in-place ops need none)."""
 
-_LIBRARIES: list[torch.library.Library] = []
+_LIBRARIES: dict[str, torch.library.Library] = {}
+"""The libraries the stand-ins live in (kept alive: an op lives as long as its library)."""
 
 
 def sgl_kernel_ops() -> list[dict]:
     """Define every op of SGL_KERNEL_OPS that is absent (sgl_kernel's binary is not loaded);
     call before SGLang is imported, so that SGLang's own fakes register on them."""
-    library = torch.library.Library("sgl_kernel", "FRAGMENT")
-    _LIBRARIES.append(library)
+    library = _LIBRARIES.setdefault("sgl_kernel", torch.library.Library("sgl_kernel", "FRAGMENT"))
     defined = []
-    for name, (schema, kernel, fake) in SGL_KERNEL_OPS.items():
+    for name, (schema, kernel, _) in SGL_KERNEL_OPS.items():
         if hasattr(torch.ops.sgl_kernel, name):
             continue
         library.define(schema)
@@ -137,8 +139,12 @@ def fakes_where_missing() -> None:
     in-place op's fake returns nothing)."""
     for name, (_, _, fake) in SGL_KERNEL_OPS.items():
         entry = torch._library.simple_registry.singleton.find(f"sgl_kernel::{name}")
-        if _LIBRARIES and hasattr(torch.ops.sgl_kernel, name) and entry.fake_impl.kernel is None:
-            _LIBRARIES[0]._register_fake(name, fake or _no_outputs)
+        if (
+            "sgl_kernel" in _LIBRARIES
+            and hasattr(torch.ops.sgl_kernel, name)
+            and entry.fake_impl.kernel is None
+        ):
+            _LIBRARIES["sgl_kernel"]._register_fake(name, fake or _no_outputs)
 
 
 # --- SGLang's own custom ops on CPU -------------------------------------------------------------
@@ -219,8 +225,7 @@ SGLANG_OP_KERNELS = {
 
 def sglang_op_kernels() -> list[dict]:
     """SGLANG_OP_KERNELS registered for CPU on the ops the release has (after SGLang's import)."""
-    library = torch.library.Library("sglang", "IMPL")
-    _LIBRARIES.append(library)
+    library = _LIBRARIES.setdefault("sglang", torch.library.Library("sglang", "IMPL"))
     lent = []
     for name, (kernel, why) in SGLANG_OP_KERNELS.items():
         if hasattr(torch.ops.sglang, name):
@@ -409,7 +414,9 @@ class AttentionBackend:
         key = k.reshape(n, -1, k.shape[-1]).float()
         if kwargs.get("q_rope") is not None:
             query = torch.cat([query, kwargs["q_rope"].reshape(n, heads, -1).float()], -1)
-            key = torch.cat([key, kwargs["k_rope"].reshape(n, -1, kwargs["k_rope"].shape[-1]).float()], -1)
+            key = torch.cat(
+                [key, kwargs["k_rope"].reshape(n, -1, kwargs["k_rope"].shape[-1]).float()], -1
+            )
         value = v.reshape(n, -1, v.shape[-1]).float()[..., : layer.v_head_dim]
         key, value = key.expand(n, heads, -1), value.expand(n, heads, -1)
         scores = torch.einsum("qhd,khd->hqk", query, key) * layer.scaling

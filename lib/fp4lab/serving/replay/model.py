@@ -124,7 +124,9 @@ class _Stream:
 def _cudart() -> list[dict]:
     """The CUDA runtime library shipped in the environment, loaded (FlashInfer's ``comm`` module
     asserts at import that one is loaded; nothing calls into it)."""
-    found = sorted(glob.glob(f"{sysconfig.get_paths()['purelib']}/**/libcudart*.so*", recursive=True))
+    found = sorted(
+        glob.glob(f"{sysconfig.get_paths()['purelib']}/**/libcudart*.so*", recursive=True)
+    )
     if not found:
         return []
     ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
@@ -261,7 +263,9 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
             model_config = ModelConfig.from_server_args(server_args)
             _distributed(server_args, model_config)
             loader = get_model_loader(LoadConfig(load_format="dummy"), model_config)
-            model = loader.load_model(model_config=model_config, device_config=DeviceConfig("cpu", 0))
+            model = loader.load_model(
+                model_config=model_config, device_config=DeviceConfig("cpu", 0)
+            )
     kernels.fakes_where_missing()
     standins += kernels.sglang_op_kernels() + kernels.eager_only_kernels()
     standins += [kernels.ATTENTION, kernels.KV_POOL]
@@ -276,5 +280,7 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
 def min_capability() -> int | None:
     """The lowest compute capability the release's NVFP4 ModelOpt config accepts (its own
     ``get_min_capability``: 100 means SM100), or None where it has none."""
-    config = kernels._attribute("sglang.srt.layers.quantization.modelopt_quant", "ModelOptFp4Config")
+    config = kernels._attribute(
+        "sglang.srt.layers.quantization.modelopt_quant", "ModelOptFp4Config"
+    )
     return config.get_min_capability() if config is not None else None

@@ -79,7 +79,7 @@ def _after_import(name, patch):
 sys.meta_path.insert(0, _AfterImport())
 '''
 
-FP4_QUANTIZE_OP = '''
+FP4_QUANTIZE_OP = """
 
 # fp4_quantize_op: FlashInfer's fp4_quantize as a custom op with a fake, rebound in {module}.
 _ORIGINAL = {{}}
@@ -122,9 +122,9 @@ def _rebind_fp4_quantize(module):
 
 
 _after_import("{module}", _rebind_fp4_quantize)
-'''
+"""
 
-DSA_INDEXER_SPLIT_OP = '''
+DSA_INDEXER_SPLIT_OP = """
 
 # dsa_indexer_split_op: the DSA indexer runs as a split op between the pieces.
 _INDEXERS = {{}}
@@ -175,9 +175,9 @@ def _split_at_indexer(module):
 
 _after_import("{indexer}", _patch_indexer)
 _after_import("{config}", _split_at_indexer)
-'''
+"""
 
-DSA_ATTENTION_SPLIT_OP = '''
+DSA_ATTENTION_SPLIT_OP = """
 
 # dsa_attention_split_op: DSA attention, with its topk_indices, through a split op.
 _ATTENTION = {{}}
@@ -226,7 +226,7 @@ def _split_at_dsa_attention(module):
 
 _after_import("{attention}", _route_dsa_attention)
 _after_import("{config}", _split_at_dsa_attention)
-'''
+"""
 
 TEMPLATES = {
     "fp4_quantize_op": FP4_QUANTIZE_OP,

@@ -56,7 +56,9 @@ class Graphs:
 
     def custom(self) -> dict[str, int]:
         """The custom ops (any namespace but aten/prims) and how often."""
-        return {op: n for op, n in self.calls().items() if op.split(".")[0] not in ("aten", "prims")}
+        return {
+            op: n for op, n in self.calls().items() if op.split(".")[0] not in ("aten", "prims")
+        }
 
 
 @dataclass
@@ -159,7 +161,9 @@ def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | No
         return None, None, "the runner was not built"
     tokens = model.TOKENS
     generator = torch.Generator().manual_seed(0)
-    runner.input_ids[:tokens] = torch.randint(0, model.CONFIG["vocab_size"], (tokens,), generator=generator)
+    runner.input_ids[:tokens] = torch.randint(
+        0, model.CONFIG["vocab_size"], (tokens,), generator=generator
+    )
     runner.positions[:tokens] = torch.arange(tokens)
     top = runner.model_runner.model
     kept: list[Any] = []

@@ -1,7 +1,9 @@
-"""Notebook 11's calls and the command line: each SGLang version's environment built or reused,
-its source scanned, the replay and the per-SM quantize choice run inside it, records, verdict.
+"""Notebook 11's calls and the command line: each SGLang release's environment built or reused,
+its source scanned, its own GLM-5 replayed on each SM inside it, records, verdict; and the patch
+for one release x SM written where a user can apply it.
 
     python -m fp4lab.serving.replay run --versions 0.5.9,0.5.21 --sms 9.0,10.0,12.0
+    python -m fp4lab.serving.replay --sglang 0.5.9 --sm 12.0 --write-patch DIR
 """
 
 from __future__ import annotations
@@ -10,37 +12,42 @@ import argparse
 import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 
-from fp4lab.core import evidence, paths, records, venvs
+from fp4lab.core import evidence, params, paths, records, venvs
 from fp4lab.serving import standins
-from fp4lab.serving.replay import decide, env, scan, versions
+from fp4lab.serving.replay import decide, env, patch, scan, versions
 
 CHILD_TIMEOUT_S = 600
+CUDA_HOME_CASES = ("unset", "/usr/local/cuda")
+"""The default CUDA_HOME values of the story's replay: neither CUDA_HOME nor CUDA_PATH set (a
+GPU box whose nvcc is on PATH), and a toolkit at the usual place."""
 
 
 @dataclass
 class VersionRun:
-    """Everything measured for one SGLang version."""
+    """Everything measured for one SGLang release."""
 
     version: str
     environment: env.CompileEnv
     calls: list[dict] = field(default_factory=list)
-    replay: dict = field(default_factory=dict)
-    selections: dict[str, dict] = field(default_factory=dict)
+    replays: dict[str, dict] = field(default_factory=dict)
 
 
-def child(version: str, mode: str, sm: str) -> venvs.Child:
-    """``python -m fp4lab.serving.replay.child OUT MODE SM`` in the version's environment."""
+def child(version: str, sm: str, cuda_home: list[str], story: bool) -> venvs.Child:
+    """``python -m fp4lab.serving.replay.child OUT replay SM CUDA_HOMES STORY`` in the release's
+    environment."""
     python = env.env_dir(version) / "venv" / "bin" / "python"
-    return venvs.Child(python, "fp4lab.serving.replay.child", (mode, sm),
-                       f"{version}-{mode}-sm{sm}", mode)  # fmt: skip
+    return venvs.Child(python, "fp4lab.serving.replay.child",
+                       ("replay", sm, ",".join(cuda_home), "story" if story else "-"),
+                       f"{version}-sm{sm}", f"the GLM-5 replay of SGLang {version} on SM{sm}")  # fmt: skip
 
 
-def measure_version(
-    version: str, sms: list[str], replay_sm: str, progress: Callable[[str], object] = print
-) -> VersionRun:
-    """Build or reuse the environment; scan it, then replay and select in it (one child per core
-    at once); skipped when the environment failed."""
+def measure_version(version: str, sms: list[str], cuda_home: list[str],
+                    progress: Callable[[str], object] = print) -> VersionRun:  # fmt: skip
+    """Build or reuse the environment; scan it, then replay on each SM (one child per core at
+    once; the story's SM also walks the story's patch and each CUDA_HOME); skipped when the
+    environment failed."""
     compile_env = env.ensure_env(version)
     progress(f"sglang=={version}: environment {compile_env.status} ({compile_env.seconds:.0f} s)"
              + (f" {compile_env.error}" if compile_env.error else ""))  # fmt: skip
@@ -49,26 +56,40 @@ def measure_version(
         return run
     package = standins.site_packages(str(compile_env.python)) / "sglang"
     run.calls = scan.scan(package)
-    children = [child(version, "replay", replay_sm), *(child(version, "select", sm) for sm in sms)]
+    story = version == versions.STORY_VERSION
+    children = [child(version, sm, cuda_home, story and sm == versions.STORY_SM) for sm in sms]
 
     def shown(one: venvs.Child, found: dict) -> None:
-        what = found.get("error") or found.get("implementation") or "done"
-        progress(f"  {one.label} on SM{one.args[1]}: {what}")
+        fixed = found.get("fix", {})
+        what = found.get("error") or found.get("build_error") or (
+            f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
+        progress(f"  {one.label}: {what}")
 
-    run.replay, *selected = venvs.run_children(
-        children, paths.build_dir() / "sglang-compile" / "logs", CHILD_TIMEOUT_S, shown
-    )
-    run.selections = dict(zip(sms, selected, strict=True))
+    found = venvs.run_children(children, paths.build_dir() / "sglang-compile" / "logs",
+                               CHILD_TIMEOUT_S, shown)  # fmt: skip
+    run.replays = dict(zip(sms, found, strict=True))
     return run
 
 
-def prepare(sglang_versions: list[str] | str, sms: list[str] | str) -> records.Recorder:
-    """Notebook 11's validation (before any install): versions and SMs checked."""
+def check_cuda_home(cuda_home: list[str] | tuple[str, ...] | str) -> list[str]:
+    """CUDA_HOME values as given: ``unset`` or an absolute path, each once."""
+    values = params.items("cuda_home", cuda_home, "unset, /usr/local/cuda")
+    wrong = [v for v in values if v != "unset" and not v.startswith("/")]
+    if wrong:
+        raise ValueError(f"cuda_home contains {wrong[0]!r}; allowed values: 'unset' or an "
+                         f"absolute path such as /usr/local/cuda")  # fmt: skip
+    return values
+
+
+def prepare(sglang_versions: list[str] | str, sms: list[str] | str,
+            cuda_home: list[str] | str = CUDA_HOME_CASES) -> records.Recorder:  # fmt: skip
+    """Notebook 11's validation (before any install): releases, SMs and CUDA_HOME values."""
     return records.Recorder(
         "11_sglang_piecewise_replay",
         {
             "sglang_versions": versions.check_versions(sglang_versions),
             "sms": versions.check_sms(sms),
+            "cuda_home": check_cuda_home(cuda_home),
         },
     )
 
@@ -77,8 +98,8 @@ def _target(sm: str) -> dict:
     return {"sm": sm, "simulated": True}
 
 
-def record_version(rec: records.Recorder, run: VersionRun, replay_sm: str) -> list[dict]:
-    """One record per environment, scan, replay and (version, SM) selection; the decision rows."""
+def record_version(rec: records.Recorder, run: VersionRun) -> list[dict]:
+    """One record per environment, scan and (release, SM) replay; the decision rows."""
     base = {"sglang_version": run.version}
     rec.add("environment", {**base, **run.environment.as_record()})
     if not run.environment.ok:
@@ -86,47 +107,41 @@ def record_version(rec: records.Recorder, run: VersionRun, replay_sm: str) -> li
     direct = scan.direct(run.calls)
     rec.add("flashinfer_fp4_calls", {**base, "calls": run.calls, "direct": len(direct),
                                      "wrapped": len(run.calls) - len(direct)})  # fmt: skip
-    replay = run.replay
-    ran = [*replay.get("chain", []), replay.get("fp4lab_op", {}), replay.get("sglang_op", {})]
-    rec.add("replay", {**base, "sm": replay_sm, "evidence": evidence.of_values(ran),
-                       "what_ran": "sglang.srt.compilation.compile.install_torch_compiled",
-                       "blockers": decide.blockers(replay.get("chain", [])), **replay},
-            target=_target(replay_sm))  # fmt: skip
     rows = []
-    for sm, selection in run.selections.items():
-        levels = evidence.of_values(selection.get("chain", []))
-        rec.add("selection", {**base, "sm": sm, "evidence": levels,
-                              "what_ran": "sglang.srt.layers.quantization.modelopt_quant", **selection},
+    for sm, replay in run.replays.items():
+        ran = [*replay.get("chain", []), *replay.get("fix", {}).get("steps", [])]
+        rec.add("replay", {**base, "sm": sm, "evidence": evidence.of_values(ran),
+                           "what_ran": "the release's GlmMoeDsaForCausalLM through "
+                           "ModelRunner.init_piecewise_cuda_graphs", **replay},
                 target=_target(sm))  # fmt: skip
-        rows.append(decide.cell(run.version, sm, selection, replay))
+        rows.append(decide.cell(run.version, sm, replay, run.calls))
     return rows
 
 
-def measure_and_record(rec: records.Recorder, replay_sm: str = versions.STORY_SM,
-                       extra: tuple[str, ...] = ()) -> list[dict]:  # fmt: skip
-    """Every version measured in turn (a failed one recorded, the others go on); the decision
+def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> list[dict]:
+    """Every release measured in turn (a failed one recorded, the others go on); the decision
     table's rows recorded as "decision" and the "summary"."""
     rows: list[dict] = []
     runs = []
     for version in versions.check_versions(rec.params["sglang_versions"], extra):
-        run = measure_version(version, rec.params["sms"], replay_sm)
+        run = measure_version(version, rec.params["sms"], rec.params["cuda_home"])
         runs.append(run)
-        rows += record_version(rec, run, replay_sm)
+        rows += record_version(rec, run)
     for row in rows:
-        rec.add(
-            "decision",
-            row,
-            target=_target(row["sm"]),
-        )
-    story = [r for r in runs if r.version == versions.STORY_VERSION and r.replay.get("chain")]
+        rec.add("decision", row, target=_target(row["sm"]))
+    story = [
+        r.replays.get(versions.STORY_SM, {}) for r in runs if r.version == versions.STORY_VERSION
+    ]
+    chain = story[0].get("chain") if story else None
     rec.summary(**{
-        "status": "measured" if rows else "not measured",
+        "status": "measured" if any(r["outcome"] in ("blocked", "compiles") for r in rows)
+        else "not measured",
         "headline": verdict(rows),
         **decide.decision(rows),
         "needs": "cpu",
         "versions_measured": [r.version for r in runs if r.environment.ok],
         "versions_failed": {r.version: r.environment.error for r in runs if not r.environment.ok},
-        "story_blockers_0_5_9": decide.blockers(story[0].replay["chain"]) if story else None,
+        "story_blockers_0_5_9": decide.blockers(chain) if chain else None,
         "sm120_specific_0_5_9": decide.sm120_specific(rows, versions.STORY_VERSION),
         "by_version": decide.compact(rows),
         "evidence": evidence.of_values(rows),
@@ -135,35 +150,82 @@ def measure_and_record(rec: records.Recorder, replay_sm: str = versions.STORY_SM
 
 
 def verdict(rows: list[dict]) -> str:
-    """One line per (version, SM): outcome, where blocked, through which op it compiles, the
-    options a GLM-5 user needs."""
-    lines = []
-    for r in rows:
-        how = f"blocked at {r['blocked_at']}" if r["outcome"] == "blocked" else r["outcome"]
-        how += f" ({r['note']})" if r["outcome"] == "not applicable" else ""
-        through = f"; compiles through {r['compiles_through']}" if r["compiles_through"] else ""
-        counts = (f" ({r['graphs']} graph, {r['piecewise_graphs']} piecewise)"
-                  if r["graphs"] is not None else "")  # fmt: skip
-        lines.append(f"SGLang {r['sglang_version']} SM{r['sm']}: quantize {r['quantize']}, {how}"
-                     f"{through}{counts}; GLM-5 flag: {r['flag']}")  # fmt: skip
+    """One line per (release, SM): outcome, blockers, patch, MoE path, the option a GLM-5 user
+    passes."""
+    lines = [f"SGLang {r['sglang_version']} SM{r['sm']}: {decide._what(r)}; MoE: {r['moe']}; "
+             f"GLM-5 flag: {r['flag']}" for r in rows]  # fmt: skip
     specific = decide.sm120_specific(rows, versions.STORY_VERSION)
     if specific is not None:
-        lines.append(f"the story's crash path was SM120-specific in SGLang {versions.STORY_VERSION}: "
-                     f"{'yes' if specific else 'no'} (from the quantize each SM took)")  # fmt: skip
-    return "\n".join(lines) or "no version could be measured"
+        lines.append(f"FlashInfer's FP4 quantize JIT blocked only SM120 in SGLang "
+                     f"{versions.STORY_VERSION}: {'yes' if specific else 'no'}")  # fmt: skip
+    return "\n".join(lines) or "no release could be measured"
+
+
+def check_patch_folder(folder: str) -> Path:
+    """The folder the patch is written to: absent or a folder, never a file."""
+    path = Path(folder)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"--write-patch={folder!r} is a file; allowed values: a folder path")
+    return path
+
+
+def write_patch(
+    version: str, sm: str, folder: Path, progress: Callable[[str], object] = print
+) -> int:
+    """Replay the release's GLM-5 on ``sm`` and write the patch its blockers need into
+    ``folder``; 0 when written or none is needed, 1 when a blocker has no patch part."""
+    built = env.ensure_env(version)
+    if not built.ok:
+        progress(f"error: sglang=={version}: {built.error}")
+        return 1
+    [found] = venvs.run_children([child(version, sm, list(CUDA_HOME_CASES), False)],
+                                 paths.build_dir() / "sglang-compile" / "logs", CHILD_TIMEOUT_S)  # fmt: skip
+    fixed = found.get("fix", {})
+    if not fixed:
+        progress(f"error: {found.get('error') or found.get('build_error')}")
+        return 1
+    if not fixed["parts"]:
+        progress(f"SGLang {version} on SM{sm}: GLM-5 compiles as released; no patch is needed")
+        return 0
+    for path in patch.write(folder, version, sm, fixed["plugin"]):
+        progress(f"wrote {path}")
+    if not fixed["compiles"]:
+        last = fixed["steps"][-1]
+        progress(f"the patch removes {', '.join(fixed['parts'])}; still blocked at "
+                 f"{last['blocker_frame']}: {last['message']}")  # fmt: skip
+        return 1
+    progress(f"with it GLM-5 compiles ({fixed['pieces']} pieces) and "
+             f"{'equals' if fixed['equals_eager'] else 'does NOT equal'} eager (a CPU replay)")  # fmt: skip
+    return 0
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(prog="python -m fp4lab.serving.replay")
-    sub = parser.add_subparsers(dest="command", required=True)
-    go = sub.add_parser("run", help="build or reuse each version's environment, replay, select")
-    go.add_argument("--versions", default=",".join(versions.DEFAULT_VERSIONS))
-    go.add_argument("--sms", default=",".join(versions.SMS))
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["run"]:
+        parser = argparse.ArgumentParser(prog="python -m fp4lab.serving.replay run")
+        parser.add_argument("--versions", default=",".join(versions.DEFAULT_VERSIONS))
+        parser.add_argument("--sms", default=",".join(versions.SMS))
+        parser.add_argument("--cuda-home", default=",".join(CUDA_HOME_CASES))
+        args = parser.parse_args(argv[1:])
+        try:
+            rec = prepare(args.versions, args.sms, args.cuda_home)
+        except ValueError as exc:
+            print(f"error: {exc}", file=sys.stderr)
+            return 2
+        print(verdict(measure_and_record(rec)))
+        return 0
+    parser = argparse.ArgumentParser(prog="python -m fp4lab.serving.replay",
+                                     description="write the patch GLM-5 needs for one release x SM "
+                                     "(or: run --versions ... --sms ...)")  # fmt: skip
+    parser.add_argument("--sglang", required=True, help=f"one of {', '.join(versions.VERSIONS)}")
+    parser.add_argument("--sm", required=True, help=f"one of {', '.join(versions.SMS)}")
+    parser.add_argument("--write-patch", required=True, metavar="DIR")
     args = parser.parse_args(argv)
     try:
-        rec = prepare(args.versions, args.sms)
+        params.choice("--sglang", args.sglang, versions.VERSIONS)
+        params.choice("--sm", args.sm, tuple(versions.SMS))
+        folder = check_patch_folder(args.write_patch)
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    print(verdict(measure_and_record(rec)))
-    return 0
+    return write_patch(args.sglang, args.sm, folder)

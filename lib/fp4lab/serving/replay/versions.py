@@ -25,8 +25,9 @@ VERSIONS = (
 )  # fmt: skip
 """Every release from the first with piecewise CUDA graphs to the newest (the main ones)."""
 
-TEST_VERSIONS = ("0.5.9", "0.5.21")
-"""What ``make test`` runs: the story's era and the last release offering the piecewise backend."""
+TEST_VERSIONS = ("0.5.9",)
+"""What ``make test`` replays with the real model: the story's release (each replay builds the
+release's GLM-5; one release keeps the suite within its time budget)."""
 
 SMS = {"9.0": (9, 0), "10.0": (10, 0), "12.0": (12, 0)}
 """The simulated targets: Hopper (H100/H200), datacenter Blackwell (B200), RTX PRO 6000 Blackwell."""
