@@ -153,9 +153,11 @@ BAD = [
      "sglang_versions contains '0.4.0'; allowed values: 0.5.3.post2"),
     ("11_sglang_piecewise_replay", {"sms": ["8.0"]}, "sms contains '8.0'; allowed values: 9.0, 10.0, 12.0"),
     ("12_fp4_api_audit", {"sms": ["12.0", "13.7"]}, "sms='13.7' is not a known SM; allowed values"),
-    ("12_fp4_api_audit", {"entry_points": ["mm-fp4"]}, "entry_points contains 'mm-fp4' does not exist"),
+    ("12_fp4_api_audit", {"entry_points": ["mm-fp4"]},
+     "entry_points contains 'mm-fp4' is not an FP4 entry point of flashinfer"),
     ("12_fp4_api_audit", {"entry_points": "mm_fp4,nope"},
-     "entry_points contains 'nope' does not exist in flashinfer 0.7.4; FP4 entry points here: "),
+     "entry_points contains 'nope' is not an FP4 entry point of flashinfer 0.7.4; its FP4 entry "
+     "points: "),
     ("12_fp4_api_audit", {"versions": 7.4}, "versions=7.4 must be a comma-separated string"),
 ]  # fmt: skip
 """Values a user could mistype, and the words the setup cell must answer with."""

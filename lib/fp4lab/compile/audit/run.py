@@ -67,6 +67,7 @@ STAGE_NOTES = {
 TENSORS = ("fake cuda", "cpu")
 """The tensors of a call: fake CUDA tensors on the simulated GPU, or (fallback) real CPU ones."""
 _TOOLKIT = ("get_cuda_path", "get_cuda_version", "is_cuda_version_at_least")
+_CUBIN = ("load_cubin", "get_artifact", "get_cubin")
 _BUILD_AND_LOAD = ("build_and_load", "try_load", "aot_path", "aot_artifacts", "get_aot_artifacts")
 _CPU_TRACE = re.compile(eager.CPU_BUILD.pattern, re.IGNORECASE)
 TRACE_KEYS = ("signature", "status", "exception", "message", "explanation", "blocker_frame",
@@ -135,6 +136,9 @@ def prebuilt(row: dict | None) -> dict:
     if any(f in _TOOLKIT for f in functions):
         return {"holds": True, "why": "met while the JitSpec is generated (the CUDA toolkit "
                 "query), before build_and_load looks for a prebuilt module"}  # fmt: skip
+    if any(f in _CUBIN for f in functions):
+        return {"holds": True, "why": "met in the cubin loader, which reads a cubin the same way "
+                "whether flashinfer-cubin installed it or it was downloaded"}  # fmt: skip
     return {"holds": True, "why": "the blocker is not on FlashInfer's kernel-loading path"}
 
 

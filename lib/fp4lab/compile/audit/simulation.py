@@ -42,9 +42,10 @@ INSTALL_MODES = {
     "`which nvcc` before `nvcc --version`",
     "jit_cuda_home": "JIT kernels with CUDA_HOME set: get_cuda_path returns it, the first "
     "subprocess is `nvcc --version`",
-    "prebuilt": "prebuilt kernels (flashinfer-jit-cache / AOT modules): decided from the trace's "
-    "frames, since the registry has no flashinfer-jit-cache: a blocker met while a JitSpec is "
-    "generated (before JitSpec.build_and_load looks for a prebuilt module) holds; one inside "
+    "prebuilt": "prebuilt kernels (flashinfer-jit-cache / AOT modules, flashinfer-cubin): decided "
+    "from the trace's frames (the registry has no flashinfer-jit-cache): a blocker met while a "
+    "JitSpec is generated (before JitSpec.build_and_load looks for a prebuilt module), or in the "
+    "cubin loader (which reads flashinfer-cubin's files the same way), holds; one inside "
     "build_and_load may not",
 }
 """How FlashInfer finds its kernels; the first two are run, the third is read from the frames."""
