@@ -169,17 +169,20 @@ def _decision(by: dict[str, dict], measured: list[str]) -> dict:
 
 
 def summarize(rows: list[dict], per_version: list[dict]) -> dict:
-    """Per version and SM: the entry point names in each of CELLS and the verdicts counted; the
-    headline; the decision; ``status``."""
+    """Per version and SM: the entry point names in each of CELLS, the verdicts counted and, for
+    the calls that must be wrapped, how their eager call ended; the headline; the decision;
+    ``status``."""
     by: dict[str, dict] = {}
     for v in per_version:
         by[v["version"]] = {"env": v["env"], "error": v["error"], "sms": {}}
     for r in rows:
         cell = by[r["version"]]["sms"].setdefault(
-            r["sm"], {"verdicts": Counter(), **{name: [] for name in CELLS}}
+            r["sm"], {"verdicts": Counter(), "wrap_eager": Counter(), **{n: [] for n in CELLS}}
         )
         cell["verdicts"][r["verdict"]] += 1
         cell[cell_of(r)].append(r["entry_point"])
+        if r["verdict"] in MUST_WRAP:  # how far the eager call went: past the break, always
+            cell["wrap_eager"][(r.get("eager") or {}).get("outcome")] += 1
     lines = []
     for version, about in by.items():
         cells = [line(version, sm, c) for sm, c in sorted(about["sms"].items(), reverse=True)]
@@ -235,4 +238,6 @@ def audit_verdict(rows: list[dict]) -> str:
         for sm, cell in sorted(about["sms"].items(), reverse=True):
             for name in CELLS[:-1]:
                 lines.append(f"{version} SM{sm} {name}: {', '.join(cell[name]) or 'none'}")
+            ended = ", ".join(f"{n} {o}" for o, n in cell["wrap_eager"].items()) or "none"
+            lines.append(f"{version} SM{sm} eager calls of those to wrap, past the break: {ended}")
     return "\n".join(lines)
