@@ -35,19 +35,20 @@ import torch
 
 from fp4lab.compile import fix, stages, target
 from fp4lab.core import evidence, paths, probe
-from fp4lab.serving import read_parser
 from fp4lab.serving.replay import model, patch, runner
 
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
         "exception", "status", "graph_count", "cause", "graph_custom_ops", "split_op_calls",
-        "expected_pieces", "eager")  # fmt: skip
+        "expected_pieces", "cut_pieces", "split_ops_used", "eager")  # fmt: skip
 
 FP4_REFERENCE = "fp4lab reference (CPU kernel lent to fp4lab_patch::fp4_quantize)"
 
 
 def _row(run: runner.Run, kernel: str | None, simulated: bool, **extra: object) -> dict:
     data = run.as_record()
+    if data["status"] == "not_run":
+        data["signature"] = "not_run"
     return {
         **{k: data[k] for k in KEEP},
         "kernel": kernel,
@@ -57,10 +58,14 @@ def _row(run: runner.Run, kernel: str | None, simulated: bool, **extra: object) 
 
 
 def part_for(row: dict) -> str | None:
-    """The patch part that removes the blocker ``row`` shows, or None."""
+    """The patch part that removes the blocker ``row`` shows, or None: a trace blocker in the FP4
+    quantize or the DSA indexer, or DSA attention's ``topk_indices`` refused by the release's
+    attention split op (traced or run: the release's piecewise path fails there eagerly too)."""
     frames = row.get("frames", [])
     words = " ".join(str(row.get(k) or "") for k in ("message", "cause"))
-    if row["status"] == "compiled":
+    if "unified_attention_with_output" in words and "topk_indices" in words:
+        return "dsa_attention_split_op"
+    if row["status"] != "unsupported":  # compiled, or failed while running: no trace blocker
         return None
     if any("modelopt_quant.py" in f for f in frames) and any(
         f.startswith("flashinfer/") for f in frames
@@ -68,8 +73,6 @@ def part_for(row: dict) -> str | None:
         return "fp4_quantize_op"
     if any("/nsa/nsa_indexer.py" in f for f in frames) or "nsa_indexer.py" in words:
         return "dsa_indexer_split_op"
-    if "unified_attention_with_output" in words and "topk_indices" in words:
-        return "dsa_attention_split_op"
     return None
 
 
@@ -106,7 +109,7 @@ def _quantize_rebound_to_flashinfer() -> Iterator[None]:
     module kept the undecorated function object)."""
     module = sys.modules.get("sglang.srt.layers.quantization.modelopt_quant")
     bound = getattr(module, "fp4_quantize", None)
-    if bound is not target.FLASHINFER_FP4_QUANTIZE or module is None:
+    if getattr(bound, "__wrapped__", bound) is not target.FLASHINFER_FP4_QUANTIZE:
         yield
         return
     with target.attribute_replaced(module, "fp4_quantize", target.flashinfer.fp4_quantize):
@@ -189,10 +192,11 @@ def fix_walk(built: model.Built, sm: tuple[int, int], version: str, out: Path) -
                   "plugin": patch.render(version, label, parts, binding) if parts else None}  # fmt: skip
         if result["compiles"]:
             got = runner.output(compiled, sm)  # before the eager pass takes the trampoline off
+            record = compiled.as_record()
             result |= {"graphs": compiled.compiled.counts.get("num_graphs_seen"),
                        "pieces": compiled.compiled.counts.get("num_piecewise_capturable_graphs_seen"),
-                       "expected_pieces": compiled.as_record()["expected_pieces"],
-                       "graph_custom_ops": compiled.graphs.custom()}  # fmt: skip
+                       **{k: record[k] for k in ("expected_pieces", "cut_pieces", "split_ops_used",
+                                                 "graph_custom_ops")}}  # fmt: skip
             result |= _compared(got, runner.output(runner.drive(built, sm, eager=True), sm))
             result["evidence"] = evidence.of_run(traced=True, simulated=probe.target()["simulated"],
                                                  kernel=result["kernel"])  # fmt: skip
@@ -208,47 +212,6 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
             "frames": data["frames"][-6:], "kernel": ran.kernel}  # fmt: skip
 
 
-def piecewise_options() -> list[dict]:
-    """The piecewise / prefill CUDA-graph options of the release's own ``ServerArgs`` parser."""
-    import argparse
-
-    from sglang.srt.server_args import ServerArgs
-
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    wanted = ("piecewise-cuda-graph", "cuda-graph-backend")
-    return [
-        o for o in read_parser.describe(parser) if any(w in " ".join(o["options"]) for w in wanted)
-    ]
-
-
-AUTO_DISABLE = (
-    ("sglang.srt.configs.model_config", "is_piecewise_cuda_graph_disabled_model"),
-    ("sglang.srt.configs.model_config", "piecewise_cuda_graph_disabled_model_archs"),
-)
-"""Where a release decides that a model architecture gets no piecewise CUDA graphs unless
-enforced: its function, else its list (releases before 0.5.1x have neither)."""
-
-
-def glm5_auto_disabled() -> dict:
-    """Whether the release's own auto-disable rule turns piecewise graphs off for GLM-5's
-    architecture, and which of its names said so (``None``: the release has no such rule)."""
-    import importlib
-
-    from fp4lab.core import glm5
-
-    for module, name in AUTO_DISABLE:
-        try:
-            found = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            continue
-        if callable(found):
-            return {"disabled": bool(found([glm5.ARCHITECTURE])), "from": f"{module}.{name}"}
-        if found is not None:
-            return {"disabled": glm5.ARCHITECTURE in found, "from": f"{module}.{name}"}
-    return {"disabled": False, "from": None}
-
-
 def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -> dict:
     """Everything measured for the release on ``sm`` (see the module docstring)."""
     os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
@@ -262,6 +225,10 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
         found["build_error"] = traceback.format_exception_only(exc)[-1].strip()[:800]
         found["build_frames"] = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}:{f.name}"
                                  for f in traceback.extract_tb(exc.__traceback__)][-8:]  # fmt: skip
+        found["refused_by_release"] = isinstance(exc, ValueError) and any(
+            f.startswith(("sglang/srt/layers/quantization/", "sglang/srt/model_loader/"))
+            for f in found["build_frames"][-2:]
+        )
         return found | release_rules()
     found |= {"facts": built.facts, "standins": [*built.standins, runner.CAPTURE, runner.POOL],
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
@@ -280,8 +247,8 @@ def release_rules() -> dict:
     lowest SM its NVFP4 config accepts."""
     found: dict[str, Any] = {"min_capability": model.min_capability()}
     try:
-        found["piecewise_options"] = piecewise_options()
-        found["glm5_auto_disabled"] = glm5_auto_disabled()
+        found["piecewise_options"] = model.piecewise_options()
+        found["glm5_auto_disabled"] = model.glm5_auto_disabled()
     except Exception as exc:  # recorded: the parser could not be built here
         found["piecewise_options_error"] = f"{type(exc).__name__}: {exc}"
     return found

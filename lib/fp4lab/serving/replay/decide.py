@@ -78,7 +78,7 @@ def moe_path(replay: dict, calls: list[dict]) -> tuple[str, str | None]:
     moe = next((m for m in methods if "MoE" in m.split(":")[0]), None)
     if not fixed.get("compiles"):
         return f"{moe or 'the MoE layer'}: not reached by the trace", None
-    ops = [op for op in fixed.get("graph_custom_ops", {}) if "moe" in op.split(".")[-1]]
+    ops = [op for op in fixed.get("graph_custom_ops", {}) if "moe_forward" in op]
     if not ops:
         return f"{moe}: traced inline (no MoE op in the graph)", None
     cls = (moe or "").split(":")[0]
@@ -119,17 +119,28 @@ def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -
            "first_frames": {c["cuda_home"]: c["blocker_frame"] for c in replay.get("cuda_home", [])},
            "evidence": evidence.of_values(rows)}  # fmt: skip
     if "build_error" in replay or replay.get("error"):
+        obstacle = replay.get("build_error") or replay.get("error")
+        if flags is None:
+            return {
+                **row,
+                "outcome": "not applicable",
+                "note": f"{how} (model not built here: {obstacle})",
+            }
         least = replay.get("min_capability")
         major, minor = (int(p) for p in sm.split("."))
         if least and major * 10 + minor < least:
             note = (f"the release's NVFP4 config needs SM{least // 10}.{least % 10}+ "
                     f"(ModelOptFp4Config.get_min_capability): {replay['build_error']}")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
-        return {**row, "outcome": "not measured",
-                "note": replay.get("build_error") or replay.get("error")}  # fmt: skip
+        if replay.get("refused_by_release"):
+            note = f"the release refuses NVFP4 GLM-5 on SM{sm} while building it: {obstacle}"
+            return {**row, "outcome": "not applicable", "note": note}
+        return {**row, "outcome": "not measured", "note": obstacle}
     steps = fixed.get("steps", [])
     met = [BLOCKERS[p] for p in fixed.get("parts", [])]
     last = steps[-1] if steps else {}
+    if last.get("status") == "not_run":
+        return {**row, "outcome": "not measured", "note": last.get("message")}
     if fixed.get("compiles") is False:
         met.append(f"{last.get('blocker_frame')}: {last.get('message')}")
     row |= {"blockers": met, "compiles_with_patch": fixed.get("compiles"),

@@ -22,6 +22,8 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import inspect
+import types
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -82,8 +84,12 @@ def _moe_fused_gate(x, bias, groups, topk_group, topk, shared, scaling, on_outpu
 
     impl = module.biased_grouped_topk_impl
     impl = getattr(impl, "_torchdynamo_orig_callable", impl)
-    weights, ids = impl(x, x, bias, topk, True, groups, topk_group, shared, scaling, None, None,
-                        on_output)  # fmt: skip
+    given = {"hidden_states": x, "gating_output": x, "correction_bias": bias, "topk": topk,
+             "renormalize": True, "num_expert_group": groups, "topk_group": topk_group,
+             "num_fused_shared_experts": shared, "routed_scaling_factor": scaling,
+             "apply_routed_scaling_factor_on_output": on_output}  # fmt: skip
+    accepted = inspect.signature(impl).parameters
+    weights, ids = impl(**{k: v for k, v in given.items() if k in accepted})[:2]
     return [weights, ids]
 
 
@@ -215,10 +221,44 @@ def _rope_without_key(positions, query, head_size, cache, is_neox=True) -> None:
     _rope(positions, query, head_size, cache, is_neox)
 
 
+def _rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave=False, enable_pdl=False):
+    for source, into in ((q, q_rope), (k, k_rope)):
+        rotated = source.clone()
+        _rope(pos_ids, rotated, source.shape[-1], cache, not interleave)
+        into.copy_(rotated)
+
+
+def _activation_and_mul(op_name: str, x: torch.Tensor, out: torch.Tensor) -> None:
+    half = x.shape[-1] // 2
+    act = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+           "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[op_name]  # fmt: skip
+    out.copy_((act(x[..., :half].float()) * x[..., half:].float()).to(out.dtype))
+
+
+SGLANG_OP_QUANTIZE = "fp4lab reference (CPU kernel lent to sglang::flashinfer_fp4_quantize)"
+
+
+def _sglang_fp4_quantize(x, global_scale=None, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
+    """SGLang's wrapped FlashInfer quantize on fp4lab's reference (swizzled 128x4 scales)."""
+    return fix._ran(SGLANG_OP_QUANTIZE, fix.reference_fp4_quantize(x, global_scale))
+
+
 SGLANG_OP_KERNELS = {
+    "flashinfer_fp4_quantize": (
+        _sglang_fp4_quantize,
+        "FlashInfer's FP4 quantize inside SGLang's own op: fp4lab's spec-exact reference",
+    ),
     "fp4_gemm": (fp4_gemm, "FlashInfer's mm_fp4 / CUTLASS FP4 GEMM: dequantize-matmul reference"),
+    "_run_activation_inplace": (
+        _activation_and_mul,
+        "SGLang's JIT activation-and-mul kernel: torch",
+    ),
     "rotary_embedding_with_key": (_rope_with_key, "SGLang's JIT rotary kernel: torch rotary"),
     "rotary_embedding_without_key": (_rope_without_key, "SGLang's JIT rotary kernel: torch rotary"),
+    "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (
+        _rope_pos_ids,
+        "SGLang's JIT rotary kernel (FlashInfer-style, by position ids): torch rotary",
+    ),
 }
 """SGLang ops whose body is a CUDA kernel: the CPU kernel lent to them instead of their body."""
 
@@ -253,6 +293,16 @@ def _layernorm(x, weight, bias, eps):
     return torch.nn.functional.layer_norm(
         x.float(), (x.shape[-1],), weight.float(), None if bias is None else bias.float(), eps
     ).to(x.dtype)
+
+
+def _flashinfer_rmsnorm(x, weight, eps=1e-6, out=None, enable_pdl=None):
+    out = torch.empty_like(x) if out is None else out
+    _rmsnorm(out, x, weight, eps, False)
+    return out
+
+
+def _flashinfer_fused_add_rmsnorm(x, residual, weight, eps=1e-6, enable_pdl=None) -> None:
+    _fused_add_rmsnorm(x, residual, weight, eps, False)
 
 
 def _hadamard(x, scale=1.0):
@@ -297,7 +347,7 @@ def cutlass_moe_fp4(a, a1_gscale, w1_fp4, w1_blockscale, w1_alphas, a2_gscale, w
     return out.to(a.dtype)
 
 
-MOE_QUANTIZE = "fp4lab reference (eager-only stand-in for FlashInfer's fp4_quantize in the MoE)"
+FLASHINFER_QUANTIZE = "fp4lab reference (eager-only stand-in for FlashInfer's fp4_quantize)"
 
 
 def _flashinfer_fp4_quantize(x, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False,
@@ -305,7 +355,7 @@ def _flashinfer_fp4_quantize(x, global_scale=None, sf_vec_size=16, sf_use_ue8m0=
     """FlashInfer's ``fp4_quantize`` contract on fp4lab's reference: codes [M, K/2], scale bytes
     swizzled (or linear) reshaped to [-1, K/sf_vec_size]."""
     codes, scales, _ = nvfp4.quantize_bytes(x, global_scale, swizzle=is_sf_swizzled_layout)
-    return fix._ran(MOE_QUANTIZE, (codes, scales.reshape(-1, x.shape[-1] // sf_vec_size)))
+    return fix._ran(FLASHINFER_QUANTIZE, (codes, scales.reshape(-1, x.shape[-1] // sf_vec_size)))
 
 
 def _trtllm_fp4_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):
@@ -344,6 +394,11 @@ def load_time_kernels() -> list[dict]:
 
 
 EAGER_ONLY = (
+    ("flashinfer.norm", "rmsnorm", _flashinfer_rmsnorm,
+     "FlashInfer's CuTe-DSL / JIT RMSNorm, which sgl_kernel's rmsnorm calls eagerly (while "
+     "dynamo traces, sgl_kernel takes its own op): torch RMSNorm"),
+    ("flashinfer.norm", "fused_add_rmsnorm", _flashinfer_fused_add_rmsnorm,
+     "FlashInfer's fused add + RMSNorm, called eagerly by sgl_kernel: torch add and RMSNorm"),
     ("sglang.srt.layers.layernorm", "layernorm", _layernorm,
      "FlashInfer's JIT layernorm (the DSA indexer's k_norm): torch layer_norm"),
     ("sglang.jit_kernel.hadamard", "hadamard_transform", _hadamard,
@@ -364,13 +419,28 @@ EAGER_ONLY = (
 """(module, name, CPU kernel, why): the kernels that run only eagerly in GLM-5's PCG forward."""
 
 
+LINEAR = "sglang.srt.layers.quantization.modelopt_quant"
+
+
 def eager_only_kernels() -> list[dict]:
-    """EAGER_ONLY installed where the release has the module and name."""
+    """EAGER_ONLY installed where the release has the module and name; and FlashInfer's
+    ``fp4_quantize`` where the NVFP4 linear method binds it by name (the runner of 0.5.10+ runs
+    one eager forward before it compiles)."""
     done = []
+    bound = _attribute(LINEAR, "fp4_quantize")
+    if getattr(bound, "__module__", "").startswith("flashinfer"):
+        importlib.import_module(LINEAR).fp4_quantize = eager_only(bound, _flashinfer_fp4_quantize)
+        done.append(_record("fp4_quantize_eager_only", f"{LINEAR}.fp4_quantize",
+                            "FlashInfer's fp4_quantize as the NVFP4 linear method binds it: "
+                            "fp4lab's reference when run eagerly; while dynamo traces, "
+                            "FlashInfer's own function (the story's path)"))  # fmt: skip
     for module, name, cpu, why in EAGER_ONLY:
-        real = _attribute(module, name)
-        if real is not None:
-            setattr(importlib.import_module(module), name, eager_only(real, cpu))
+        try:
+            owner = importlib.import_module(module)
+        except ImportError:
+            continue
+        if hasattr(owner, name):  # where the import it binds failed, the name is None: still called
+            setattr(owner, name, eager_only(getattr(owner, name), cpu))
             done.append(_record(f"{name}_eager_only", f"{module}.{name}", why))
     return done
 
@@ -429,6 +499,9 @@ class KVPool:
     """In place of the DSA KV pool: the indexer's key cache write is accepted (nothing reads it
     back in one extend batch from an empty cache)."""
 
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+
     def set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale) -> None:
         return None
 
@@ -451,10 +524,14 @@ def device_queries(sm: tuple[int, int]) -> Iterator[list[dict]]:
     on a GPU); ``torch.cuda.is_available`` stays False, so dynamo saves no CUDA RNG state."""
     from fp4lab.compile import target
 
+    props = types.SimpleNamespace(name=f"simulated SM{sm[0]}{sm[1]}", major=sm[0], minor=sm[1],
+                                  multi_processor_count=132, total_memory=80 * 2**30)  # fmt: skip
     with (
         target.attribute_replaced(torch.cuda, "current_device", lambda: 0),
         target.attribute_replaced(torch.cuda, "get_device_capability", lambda device=None: sm),
+        target.attribute_replaced(torch.cuda, "get_device_properties", lambda device=None: props),
     ):
-        yield [_record("device_queries", "torch.cuda.current_device, get_device_capability",
+        yield [_record("device_queries", "torch.cuda.current_device, get_device_capability, "
+                       "get_device_properties",
                        "a CPU build of torch raises on them; sgl_kernel's wrappers ask them for "
                        "PDL support, which dynamo folds to a constant on a GPU")]  # fmt: skip

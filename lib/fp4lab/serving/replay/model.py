@@ -33,14 +33,15 @@ from torch.overrides import TorchFunctionMode
 
 from fp4lab.compile import target
 from fp4lab.core import glm5
+from fp4lab.serving import read_parser
 from fp4lab.serving.replay import inside, kernels, quantize
 
 CONFIG = {
     "architectures": [glm5.ARCHITECTURE], "model_type": "deepseek_v3", "torch_dtype": "bfloat16",
-    "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 128,
+    "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 256,
     "num_hidden_layers": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
     "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 128, "kv_lora_rank": 64,
-    "qk_nope_head_dim": 32, "qk_rope_head_dim": 32, "v_head_dim": 32,
+    "qk_nope_head_dim": 32, "qk_rope_head_dim": 64, "v_head_dim": 32,
     "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 1,
     "topk_group": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
     "scoring_func": "sigmoid", "topk_method": "noaux_tc",
@@ -56,15 +57,28 @@ plus the DSA indexer's. Every linear layer is NVFP4 except ``lm_head`` and ``kv_
 releases' DeepSeek weight post-processing (``post_load_weights``) derives the absorbed MLA
 weights from ``kv_b_proj`` and takes no NVFP4 there."""
 
+ARCHITECTURES = (glm5.ARCHITECTURE, "DeepseekV32ForCausalLM")
+"""The class built: GLM-5's where the release has it, else DeepSeek-V3.2's, the DSA architecture
+GLM-5 builds on (``GlmMoeDsaForCausalLM`` subclasses ``DeepseekV2ForCausalLM`` with the same
+DSA fields); the records say which."""
+
+REWORKED = (
+    "the release's set-up was reworked: ServerArgs is no dataclass (a resolution pipeline and "
+    "runtime_context.publish set it up) and its prefill graphs run through PrefillCudaGraphRunner "
+    "with TcPiecewiseCudaGraphBackend; fp4lab drives the releases whose ModelRunner builds "
+    "PiecewiseCudaGraphRunner (0.5.3 to 0.5.1x), so this release's GLM-5 is not built here"
+)
+"""Why a release from 0.5.21 on is not measured with the real model."""
+
 TOKENS = 16
 """Prefill tokens of the runner's largest warm-up (``--piecewise-cuda-graph-max-tokens``);
 at most ``index_topk``, so the stand-in dense attention equals DSA's sparse attention."""
 
 SERVER_ARGS = {"quantization": "modelopt_fp4", "load_format": "dummy", "device": "cuda",
-               "skip_tokenizer_init": True, "piecewise_cuda_graph_max_tokens": TOKENS,
-               "enable_piecewise_cuda_graph": True}  # fmt: skip
-"""What a GLM-5 user passes (the model's own quantization, the piecewise flag where the release
-has it, its token cap); those the release's ``ServerArgs`` lacks are left out and listed."""
+               "skip_tokenizer_init": True, "piecewise_cuda_graph_max_tokens": TOKENS}  # fmt: skip
+"""What every replay passes (the model's own quantization, the dummy loader, the token cap);
+the piecewise options are those a GLM-5 user passes to this release (``glm5_server_flags``).
+Those the release's ``ServerArgs`` lacks are left out and listed."""
 
 
 @dataclass
@@ -80,11 +94,24 @@ class Built:
     seconds: float = 0.0
 
 
-def write_checkpoint(folder: Path) -> Path:
+def write_checkpoint(folder: Path, architecture: str) -> Path:
     """The tiny checkpoint folder (config.json only: the dummy loader makes the weights)."""
     folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(json.dumps(CONFIG, indent=1))
+    (folder / "config.json").write_text(
+        json.dumps({**CONFIG, "architectures": [architecture]}, indent=1)
+    )
     return folder
+
+
+def _architecture() -> str:
+    """The first of ARCHITECTURES the release's model registry has."""
+    from sglang.srt.models.registry import ModelRegistry
+
+    known = ModelRegistry.get_supported_archs()
+    found = next((a for a in ARCHITECTURES if a in known), None)
+    if found is None:
+        raise LookupError(f"the release's model registry has none of {', '.join(ARCHITECTURES)}")
+    return found
 
 
 def _cpu(device: Any) -> Any:
@@ -159,8 +186,11 @@ def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict]
 
     from sglang.srt import server_args as module
 
+    if not dataclasses.is_dataclass(module.ServerArgs):
+        raise NotImplementedError(REWORKED)
     fields = {f.name for f in dataclasses.fields(module.ServerArgs)}
-    given = {k: v for k, v in SERVER_ARGS.items() if k in fields}
+    wanted = {**SERVER_ARGS, **glm5_server_flags()}
+    given = {k: v for k, v in wanted.items() if k in fields}
     memory = {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
     listed = [kernels._record("gpu_memory", "sglang.srt.server_args.get_device_memory_capacity",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
@@ -171,7 +201,8 @@ def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict]
         "moe_runner_backend", "fp4_gemm_runner_backend", "kv_cache_dtype", "page_size",
         "disable_shared_experts_fusion", "piecewise_cuda_graph_tokens",
         "piecewise_cuda_graph_compiler", "enable_piecewise_cuda_graph")}  # fmt: skip
-    chosen["options_not_in_release"] = sorted(set(SERVER_ARGS) - fields)
+    chosen["options_not_in_release"] = sorted(set(wanted) - fields)
+    chosen["glm5_flags"] = {k: v for k, v in given.items() if k not in SERVER_ARGS}
     return args, listed, chosen
 
 
@@ -219,6 +250,21 @@ def _facts(model: Any) -> dict:
             "quant_methods": dict(sorted(methods.items()))}  # fmt: skip
 
 
+def glm5_server_flags() -> dict:
+    """The piecewise options a GLM-5 user passes to this release (``decide.glm5_flags`` on its
+    own parser and auto-disable rule) as ``ServerArgs`` fields."""
+    from fp4lab.serving.replay import decide
+
+    flags, _ = decide.glm5_flags(piecewise_options(), glm5_auto_disabled()["disabled"])
+    fields: dict = {}
+    for i, flag in enumerate(flags or []):
+        if flag.startswith("--"):
+            value = (flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--")
+                     else True)  # fmt: skip
+            fields[flag[2:].replace("-", "_")] = value
+    return fields
+
+
 def host(built: Built) -> Any:
     """A ``ModelRunner`` holding what its piecewise set-up reads (``__init__`` is not run: it
     would build KV pools, the real attention backend and profile GPU memory)."""
@@ -231,8 +277,10 @@ def host(built: Built) -> Any:
         "server_args": built.server_args, "model": built.model, "model_config": built.model_config,
         "device": "cpu", "gpu_id": 0, "is_draft_worker": False, "pp_size": 1, "tp_size": 1,
         "is_multimodal": False, "is_hybrid_swa": False, "tp_group": get_tp_group(),
+        "is_generation": True, "dtype": built.model_config.dtype,
         "spec_algorithm": spec.from_string(built.server_args.speculative_algorithm) if spec else None,
-        "req_to_token_pool": types.SimpleNamespace(size=4), "token_to_kv_pool": kernels.KVPool(),
+        "req_to_token_pool": types.SimpleNamespace(size=4),
+        "token_to_kv_pool": kernels.KVPool(built.server_args.page_size),
         "attn_backend": kernels.AttentionBackend(),
     }  # fmt: skip
     for name, value in values.items():
@@ -243,13 +291,13 @@ def host(built: Built) -> Any:
 def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     """The release's GLM-5 for a GPU of ``sm``, with its runner host; see the module docstring."""
     started = time.perf_counter()
-    write_checkpoint(checkpoint)
     standins = _cudart()
     with inside.simulated_gpu(sm) as patched, inside.absent_kernel_fakes_skipped():
         standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()
-        server_args, listed, backends = _server_args(checkpoint, sm)
+        architecture = _architecture()
+        server_args, listed, backends = _server_args(write_checkpoint(checkpoint, architecture), sm)
         standins += listed
         with _setup_standins(sm) as listed:
             from sglang.srt.configs.device_config import DeviceConfig
@@ -269,7 +317,8 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     kernels.fakes_where_missing()
     standins += kernels.sglang_op_kernels() + kernels.eager_only_kernels()
     standins += [kernels.ATTENTION, kernels.KV_POOL]
-    facts = {**_facts(model), "loader": type(loader).__name__, "server_args": backends,
+    facts = {**_facts(model), "architecture": architecture, "loader": type(loader).__name__,
+             "server_args": backends,
              "simulated_gpu": patched, "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip
     built = Built(model, server_args, model_config, standins=standins, facts=facts)
     built.host = host(built)
@@ -284,3 +333,40 @@ def min_capability() -> int | None:
         "sglang.srt.layers.quantization.modelopt_quant", "ModelOptFp4Config"
     )
     return config.get_min_capability() if config is not None else None
+
+
+def piecewise_options() -> list[dict]:
+    """The piecewise / prefill CUDA-graph options of the release's own ``ServerArgs`` parser."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    wanted = ("piecewise-cuda-graph", "cuda-graph-backend")
+    return [
+        o for o in read_parser.describe(parser) if any(w in " ".join(o["options"]) for w in wanted)
+    ]
+
+
+AUTO_DISABLE = (
+    ("sglang.srt.configs.model_config", "is_piecewise_cuda_graph_disabled_model"),
+    ("sglang.srt.configs.model_config", "piecewise_cuda_graph_disabled_model_archs"),
+)
+"""Where a release decides that a model architecture gets no piecewise CUDA graphs unless
+enforced: its function, else its list (releases before 0.5.1x have neither)."""
+
+
+def glm5_auto_disabled() -> dict:
+    """Whether the release's own auto-disable rule turns piecewise graphs off for GLM-5's
+    architecture, and which of its names said so (``None``: the release has no such rule)."""
+    for module, name in AUTO_DISABLE:
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if callable(found):
+            return {"disabled": bool(found([glm5.ARCHITECTURE])), "from": f"{module}.{name}"}
+        if found is not None:
+            return {"disabled": glm5.ARCHITECTURE in found, "from": f"{module}.{name}"}
+    return {"disabled": False, "from": None}

@@ -7,7 +7,8 @@ Each part removes one blocker the replay met on the way to a compiled GLM-5 (``P
   and the module's name is rebound to it: dynamo sees one node; the op runs FlashInfer's own
   function, JIT and all, outside the trace;
 * ``dsa_indexer_split_op``: the DSA indexer (``Indexer.forward``) runs as a split op between the
-  pieces, as attention does (its data-dependent top-k shortcut cannot be traced);
+  pieces, as attention does (its data-dependent top-k shortcut cannot be traced); SGLang's backend
+  is made to cut each graph at the split ops the parts add (its ``split_graph``);
 * ``dsa_attention_split_op``: DSA attention with its ``topk_indices`` goes through a split op
   whose schema carries them (the release's ``unified_attention_with_output`` has no such
   argument).
@@ -169,12 +170,8 @@ def _patch_indexer(module):
     cls.__init__, cls.forward = __init__, forward
 
 
-def _split_at_indexer(module):
-    module.SPLIT_OPS.append("fp4lab_patch.dsa_indexer")
-
-
+_ADDED_SPLIT_OPS.append("fp4lab_patch.dsa_indexer")
 _after_import("{indexer}", _patch_indexer)
-_after_import("{config}", _split_at_indexer)
 """
 
 DSA_ATTENTION_SPLIT_OP = """
@@ -220,12 +217,26 @@ def _route_dsa_attention(module):
     module.unified_attention_with_output = unified_attention_with_output
 
 
-def _split_at_dsa_attention(module):
-    module.SPLIT_OPS.append("fp4lab_patch.dsa_attention_with_output")
-
-
+_ADDED_SPLIT_OPS.append("fp4lab_patch.dsa_attention_with_output")
 _after_import("{attention}", _route_dsa_attention)
-_after_import("{config}", _split_at_dsa_attention)
+"""
+
+SPLIT_HELPER = """
+
+# The split ops the parts below add: SGLang's backend cuts each dynamo graph at them too.
+_ADDED_SPLIT_OPS = []
+
+
+def _split_also_at_added_ops(module):
+    split = module.split_graph
+
+    def split_graph(graph, ops):
+        return split(graph, [*ops, *[op for op in _ADDED_SPLIT_OPS if op not in ops]])
+
+    module.split_graph = split_graph
+
+
+_after_import("{backend}", _split_also_at_added_ops)
 """
 
 TEMPLATES = {
@@ -249,7 +260,7 @@ DESCRIBE = {
 WHERE = {
     "context": "sglang.srt.compilation.piecewise_context_manager",
     "in_pcg": "is_in_piecewise_cuda_graph",
-    "config": "sglang.srt.compilation.compilation_config",
+    "backend": "sglang.srt.compilation.backend",
     "indexer": "sglang.srt.layers.attention.nsa.nsa_indexer",
     "attention": "sglang.srt.layers.radix_attention",
 }
@@ -273,6 +284,8 @@ def render(version: str, sm: str, parts: list[str], quantize: dict | None = None
     listed = "\n".join(f"  * {p}: {DESCRIBE[p].format(**values)}" for p in parts)
     title = f"Torch.compile piecewise CUDA graphs for GLM-5 on SGLang {version}, SM{sm}."
     text = HEADER.format(title=title, version=version, sm=sm, parts=listed, name=name)
+    if any(p in SPLIT_OPS for p in parts):
+        text += SPLIT_HELPER.format(**values)
     return text + "".join(TEMPLATES[p].format(**values) for p in parts)
 
 

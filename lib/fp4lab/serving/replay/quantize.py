@@ -3,23 +3,18 @@
 The name is read from the release's own source (the call that produces ``x_fp4`` in
 ``ModelOptFp4LinearMethod.apply``), the object from the imported ``modelopt_quant`` module, and
 it is named by what it is: FlashInfer's Python function (direct), SGLang's custom op
-(``torch.ops.sglang.*``) or sgl_kernel's. An op whose only kernel is CUDA's gets fp4lab's
-reference as its CPU kernel for a block (``kernel_on_reference``), so the compiled layer runs.
+(``torch.ops.sglang.*``) or sgl_kernel's.
 """
 
 from __future__ import annotations
 
 import ast
-import contextlib
 import importlib
 import inspect
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import torch
-
-from fp4lab.compile import fix
 
 MODULE = "sglang.srt.layers.quantization.modelopt_quant"
 SGLANG_OP = "sglang::flashinfer_fp4_quantize"
@@ -107,44 +102,3 @@ def chosen() -> dict:
         "op": op, "op_exists": bool(op and op_exists(op)),
         "fake_registered": bool(op and has_fake(op)), "callable": obj, "import_error": None,
     }  # fmt: skip
-
-
-@contextlib.contextmanager
-def cpu_kernel(qualified: str) -> Iterator[None]:
-    """fp4lab's reference as the op's CPU kernel for the block (reports itself to ``observing``)."""
-    namespace, name = qualified.split("::")
-    library = torch.library.Library(namespace, "IMPL")
-
-    def reference(x: torch.Tensor, global_scale: torch.Tensor | None = None, *args: Any, **kw: Any):
-        return fix.reporting(REFERENCE_FOR_SGLANG_OP, fix.reference_fp4_quantize)(x, global_scale)
-
-    library.impl(name, reference, "CPU")
-    try:
-        yield
-    finally:
-        library._destroy()
-
-
-@contextlib.contextmanager
-def kernel_on_reference(found: dict) -> Iterator[Callable]:
-    """``quantize(h, global_scale)`` calling the chosen implementation; an op without a CPU kernel
-    gets fp4lab's reference for the block. FlashInfer's function is called as it is."""
-    obj = found["callable"]
-    with contextlib.ExitStack() as stack:
-        if found["implementation"] == "sglang_op" and found["op_exists"]:
-            stack.enter_context(cpu_kernel(found["op"]))
-        yield lambda h, global_scale: obj(h, global_scale)
-
-
-@contextlib.contextmanager
-def sglang_op_on_reference() -> Iterator[tuple[str, Callable] | None]:
-    """SGLang's own wrapped quantize (``fp4_utils``) with a lent CPU kernel, or None where the
-    release has none."""
-    with contextlib.suppress(ImportError):
-        importlib.import_module("sglang.srt.layers.quantization.fp4_utils")
-    if not op_exists(SGLANG_OP):
-        yield None
-        return
-    op = torch.ops.sglang.flashinfer_fp4_quantize
-    with cpu_kernel(SGLANG_OP):
-        yield SGLANG_OP, lambda h, global_scale: op(h, global_scale)

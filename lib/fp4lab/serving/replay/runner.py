@@ -32,6 +32,9 @@ from fp4lab.serving.replay import inside, kernels, model
 RUNNER = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
 ENTRY = "sglang.srt.model_executor.model_runner.ModelRunner.init_piecewise_cuda_graphs"
 
+NO_ENTRY = ("the release builds PiecewiseCudaGraphRunner inside ModelRunner.__init__ (it has no "
+            "init_piecewise_cuda_graphs), which fp4lab does not run on a CPU")
+
 CAPTURE = kernels._record(
     "cuda_graph_capture_not_run", f"{RUNNER}.PiecewiseCudaGraphRunner.capture",
     "capturing CUDA graphs needs a CUDA GPU; the runner's compile warm-up before it runs whole, "
@@ -46,9 +49,11 @@ EAGER = kernels._record("eager_pass", f"{RUNNER}.install_torch_compiled",
 
 @dataclass
 class Graphs:
-    """What SGLang's backend received from dynamo: per graph, the ops it calls, in order."""
+    """What SGLang's backend received from dynamo: per graph, the ops it calls, in order; and
+    per graph how its ``split_graph`` cut it (the split ops met, how often, the pieces)."""
 
     ops: list[list[str]] = field(default_factory=list)
+    splits: list[dict] = field(default_factory=list)
 
     def calls(self) -> dict[str, int]:
         """Every torch op called in the graphs, with how often."""
@@ -71,14 +76,15 @@ class Run:
     runner: Any = None
 
     def as_record(self) -> dict:
-        split = set(self.compiled.split_ops)
-        calls = [sum(op.removesuffix(".default") in split for op in ops) for ops in self.graphs.ops]
+        splits = self.graphs.splits
         return {
             **self.compiled.as_record(),
             "eager": self.eager,
             "graph_custom_ops": self.graphs.custom(),
-            "split_op_calls": calls,
-            "expected_pieces": sum(n + 1 for n in calls) if calls else None,
+            "split_ops_used": sorted({op for s in splits for op in s["split_ops"]}),
+            "split_op_calls": [s["split_op_calls"] for s in splits],
+            "expected_pieces": sum(s["split_op_calls"] + 1 for s in splits) if splits else None,
+            "cut_pieces": sum(s["pieces"] for s in splits) if splits else None,
         }
 
 
@@ -95,21 +101,38 @@ def _observed_graphs() -> Iterator[Graphs]:
     from sglang.srt.compilation import backend
 
     seen = Graphs()
-    call = backend.SGLangBackend.__call__
+    call, split = backend.SGLangBackend.__call__, backend.split_graph
 
     def observe(self: Any, graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
         seen.ops.append([n for n in map(_op_name, graph.graph.nodes) if n])
         return call(self, graph, example_inputs)
 
-    with target.attribute_replaced(backend.SGLangBackend, "__call__", observe):
+    def observe_split(graph: torch.fx.GraphModule, ops: list[str]) -> Any:
+        cut, items = split(graph, ops)
+        used = {
+            n
+            for i in items
+            if i.is_splitting_graph
+            for n in map(_op_name, i.graph.graph.nodes)
+            if n
+        }
+        seen.splits.append({"split_ops": sorted(used), "pieces": sum(not i.is_splitting_graph for i in items),
+                            "split_op_calls": sum(_op_name(n) in used for n in graph.graph.nodes)})  # fmt: skip
+        return cut, items
+
+    with (
+        target.attribute_replaced(backend.SGLangBackend, "__call__", observe),
+        target.attribute_replaced(backend, "split_graph", observe_split),
+    ):
         yield seen
 
 
 def _config_split_ops() -> list[str]:
-    """The split ops the release's ``CompilationConfig`` holds now (its registry)."""
-    from sglang.srt.compilation.compilation_config import CompilationConfig
+    """The split ops the release's compile config holds now (its registry)."""
+    from sglang.srt.compilation import compilation_config
 
-    return list(CompilationConfig([1]).split_ops)
+    config = compilation_config.CompilationConfig([1])
+    return list(getattr(config, "split_ops", None) or getattr(compilation_config, "SPLIT_OPS", []))
 
 
 def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Run:
@@ -132,10 +155,21 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
             stack.enter_context(target.attribute_replaced(pcgr, "install_torch_compiled",
                                                           lambda module, **kwargs: module))  # fmt: skip
         graphs = stack.enter_context(_observed_graphs())
+        entry = getattr(built.host, "init_piecewise_cuda_graphs", None)
         try:
-            built.host.init_piecewise_cuda_graphs()
+            if entry is None:
+                outcome.status, outcome.message = "not_run", NO_ENTRY
+            else:
+                entry()
         except Exception as exc:  # a compile failure is what is measured
             cause, found = inside.failed(outcome, exc)
+    if outcome.status == "compiled" and built.host.piecewise_cuda_graph_runner is None:
+        outcome.status, outcome.message = (
+            "not_run",
+            (
+                "ModelRunner.init_piecewise_cuda_graphs built no piecewise runner (its own conditions)"
+            ),
+        )
     outcome.seconds = time.perf_counter() - started
     after = inside.counter()
     counts = {k: after[k] - before[k] for k in after}
@@ -147,24 +181,39 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
     return Run(compiled, graphs, eager, built.host.piecewise_cuda_graph_runner)
 
 
+CONTEXTS = (
+    ("sglang.srt.compilation.compile", "set_compiled", (True,)),
+    ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph", ()),
+    ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph_compile", ()),
+)
+"""The contexts the runner's compile warm-up runs in (``set_compiled`` only in releases that
+gate the compiled forward on it, 0.5.9-0.5.11)."""
+
+
+def compile_contexts() -> list:
+    """The release's own CONTEXTS, those it has, ready to enter."""
+    found = []
+    for module, name, args in CONTEXTS:
+        manager = kernels._attribute(module, name)
+        if manager is not None:
+            found.append(lambda m=manager, a=args: m(*a))
+    return found
+
+
 def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | None, str]:
     """The logits of one more warm-up forward of the runner on fixed inputs (the compiled path
     when the pass compiled), the quantize kernel that ran, and '' or why it failed."""
-    from sglang.srt.compilation.compile import set_compiled
-    from sglang.srt.compilation.piecewise_context_manager import (
-        enable_piecewise_cuda_graph,
-        enable_piecewise_cuda_graph_compile,
-    )
-
     runner = run.runner
     if runner is None:
         return None, None, "the runner was not built"
     tokens = model.TOKENS
     generator = torch.Generator().manual_seed(0)
-    runner.input_ids[:tokens] = torch.randint(
+    buffers = getattr(runner, "buffers", runner)  # from 0.5.12 the static buffers are one record
+    buffers.input_ids[:tokens] = torch.randint(
         0, model.CONFIG["vocab_size"], (tokens,), generator=generator
     )
-    runner.positions[:tokens] = torch.arange(tokens)
+    buffers.positions[:tokens] = torch.arange(tokens)
+    warmup = getattr(runner, "warmup_torch_compile", None) or runner.warmup_compile
     top = runner.model_runner.model
     kept: list[Any] = []
 
@@ -173,16 +222,14 @@ def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | No
         return kept[-1]
 
     try:
-        with (
-            target.attribute_replaced(top, "forward", forward),
-            kernels.device_queries(sm),
-            fix.observing() as ran,
-            set_compiled(True),
-            enable_piecewise_cuda_graph(),
-            enable_piecewise_cuda_graph_compile(),
-            torch.no_grad(),
-        ):
-            runner.warmup_torch_compile(num_tokens=tokens)
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(target.attribute_replaced(top, "forward", forward))
+            stack.enter_context(kernels.device_queries(sm))
+            ran = stack.enter_context(fix.observing())
+            for enter in compile_contexts():
+                stack.enter_context(enter())
+            stack.enter_context(torch.no_grad())
+            warmup(num_tokens=tokens)
     except Exception as exc:  # recorded: the comparison could not run
         line = traceback.format_exception_only(exc)[-1].strip()
         return None, None, line[:500]
