@@ -35,7 +35,7 @@ import torch
 
 from fp4lab.compile import fix, stages, target
 from fp4lab.core import evidence, paths, probe
-from fp4lab.serving.replay import model, patch, runner
+from fp4lab.serving.replay import model, patch, quantize, runner
 
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
@@ -225,6 +225,8 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
         found["build_error"] = traceback.format_exception_only(exc)[-1].strip()[:800]
         found["build_frames"] = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}:{f.name}"
                                  for f in traceback.extract_tb(exc.__traceback__)][-8:]  # fmt: skip
+        chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
+        found["facts"] = {"quantize": {k: v for k, v in chosen.items() if k != "callable"}}
         found["refused_by_release"] = isinstance(exc, ValueError) and any(
             f.startswith(("sglang/srt/layers/quantization/", "sglang/srt/model_loader/"))
             for f in found["build_frames"][-2:]

@@ -221,6 +221,11 @@ def _rope_without_key(positions, query, head_size, cache, is_neox=True) -> None:
     _rope(positions, query, head_size, cache, is_neox)
 
 
+def _rope_inplace(q, k, cache, positions, *, is_neox: bool, rope_dim: int = 0) -> None:
+    for x in (q, k):
+        _rope(positions, x, x.shape[-1], cache, is_neox)
+
+
 def _rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave=False, enable_pdl=False):
     for source, into in ((q, q_rope), (k, k_rope)):
         rotated = source.clone()
@@ -255,6 +260,7 @@ SGLANG_OP_KERNELS = {
     ),
     "rotary_embedding_with_key": (_rope_with_key, "SGLang's JIT rotary kernel: torch rotary"),
     "rotary_embedding_without_key": (_rope_without_key, "SGLang's JIT rotary kernel: torch rotary"),
+    "apply_rope_inplace": (_rope_inplace, "SGLang's JIT fused rotary kernel: torch rotary"),
     "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (
         _rope_pos_ids,
         "SGLang's JIT rotary kernel (FlashInfer-style, by position ids): torch rotary",
