@@ -78,7 +78,7 @@ def moe_path(replay: dict, calls: list[dict]) -> tuple[str, str | None]:
     moe = next((m for m in methods if "MoE" in m.split(":")[0]), None)
     if not fixed.get("compiles"):
         return f"{moe or 'the MoE layer'}: not reached by the trace", None
-    ops = [op for op in fixed.get("graph_custom_ops", {}) if "moe_forward" in op]
+    ops = [op for op in fixed.get("graph_custom_ops", {}) if "moe" in op and op.endswith("cuda_graph_impl")]
     if not ops:
         return f"{moe}: traced inline (no MoE op in the graph)", None
     cls = (moe or "").split(":")[0]

@@ -33,11 +33,11 @@ from fp4lab.compile import fix
 from fp4lab.fp4 import nvfp4, swizzle
 
 
-def _record(name: str, boundary: str, why: str) -> dict:
+def record(name: str, boundary: str, why: str) -> dict:
     return {"name": name, "boundary": boundary, "why": why}
 
 
-def _attribute(module: str, name: str) -> Any:
+def attribute(module: str, name: str) -> Any:
     try:
         return getattr(importlib.import_module(module), name, None)
     except ImportError:
@@ -130,7 +130,7 @@ def sgl_kernel_ops() -> list[dict]:
         library.define(schema)
         library.impl(name, kernel, "CPU")
         defined.append(name)
-    return [_record("sgl_kernel_ops", f"sgl_kernel::{{{','.join(defined)}}}",
+    return [record("sgl_kernel_ops", f"sgl_kernel::{{{','.join(defined)}}}",
                     "sgl_kernel's C++ op library is a CUDA-only binary; each op GLM-5 calls is "
                     "defined with the schema its Python wrapper calls, a torch CPU kernel and "
                     "a fake, so dynamo sees one opaque node as on a GPU")] if defined else []  # fmt: skip
@@ -155,8 +155,6 @@ def fakes_where_missing() -> None:
 
 # --- SGLang's own custom ops on CPU -------------------------------------------------------------
 
-_OWN_ON_CPU: list[str] = []
-
 
 def sglang_ops_on_cpu() -> list[dict]:
     """SGLang's ``direct_register_custom_op`` registers each op's Python code for CUDA only; the
@@ -171,11 +169,10 @@ def sglang_ops_on_cpu() -> list[dict]:
         done = register(name, fn, key, *args, **kwargs)
         if key == "CUDA":
             register(name, fn, "CPU", *args, **kwargs)
-            _OWN_ON_CPU.append(name)
         return done
 
     library.impl = impl
-    return [_record("sglang_ops_own_code_on_cpu", "sglang.srt.utils.common.sglang_lib",
+    return [record("sglang_ops_own_code_on_cpu", "sglang.srt.utils.common.sglang_lib",
                     "SGLang registers its custom ops' Python code for the CUDA dispatch key "
                     "only; the same code is registered for CPU (the ops' own code runs)")]  # fmt: skip
 
@@ -243,12 +240,37 @@ def _activation_and_mul(op_name: str, x: torch.Tensor, out: torch.Tensor) -> Non
 SGLANG_OP_QUANTIZE = "fp4lab reference (CPU kernel lent to sglang::flashinfer_fp4_quantize)"
 
 
-def _sglang_fp4_quantize(x, global_scale=None, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:
-    """SGLang's wrapped FlashInfer quantize on fp4lab's reference (swizzled 128x4 scales)."""
-    return fix._ran(SGLANG_OP_QUANTIZE, fix.reference_fp4_quantize(x, global_scale))
+def _fp4_bytes(x: torch.Tensor, global_scale, swizzled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp4lab's reference quantize: codes [M, K/2] and scale bytes [M↑128, S↑4] (swizzled,
+    the 128x4 layout) or [M, S] (linear), S = K/16."""
+    codes, scales, _ = nvfp4.quantize_bytes(x, global_scale, swizzle=swizzled)
+    rows, columns = (
+        swizzle.swizzled_shape(x.shape[0], x.shape[-1] // 16) if swizzled else (x.shape[0], -1)
+    )
+    return codes, scales.reshape(rows, columns)
+
+
+def _sglang_fp4_quantize(x, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False,
+                         is_sf_swizzled_layout=True, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """SGLang's wrapped FlashInfer quantize (its fake's shapes) on fp4lab's reference."""
+    return fix._ran(SGLANG_OP_QUANTIZE, _fp4_bytes(x, global_scale, is_sf_swizzled_layout))
+
+
+SGLANG_JIT_QUANTIZE = "fp4lab reference (CPU kernel lent to sglang::scaled_fp4_quant)"
+
+
+def _sglang_scaled_fp4_quant(x, output, output_scale, global_scale) -> None:
+    """SGLang's JIT NVFP4 quantize op (0.5.10+ off SM120): codes and swizzled scales in place."""
+    codes, scales = fix._ran(SGLANG_JIT_QUANTIZE, _fp4_bytes(x, global_scale, True))
+    output.copy_(codes)
+    output_scale.view(torch.uint8).reshape(-1).copy_(scales.reshape(-1))
 
 
 SGLANG_OP_KERNELS = {
+    "scaled_fp4_quant": (
+        _sglang_scaled_fp4_quant,
+        "SGLang's JIT NVFP4 quantize kernel: fp4lab's spec-exact reference",
+    ),
     "flashinfer_fp4_quantize": (
         _sglang_fp4_quantize,
         "FlashInfer's FP4 quantize inside SGLang's own op: fp4lab's spec-exact reference",
@@ -276,7 +298,7 @@ def sglang_op_kernels() -> list[dict]:
     for name, (kernel, why) in SGLANG_OP_KERNELS.items():
         if hasattr(torch.ops.sglang, name):
             library.impl(name, kernel, "CPU", allow_override=True)
-            lent.append(_record(f"sglang::{name}_cpu_kernel", f"sglang::{name}", why))
+            lent.append(record(f"sglang::{name}_cpu_kernel", f"sglang::{name}", why))
     return lent
 
 
@@ -360,7 +382,7 @@ def _flashinfer_fp4_quantize(x, global_scale=None, sf_vec_size=16, sf_use_ue8m0=
                              is_sf_swizzled_layout=True, *args: Any, **kwargs: Any):  # fmt: skip
     """FlashInfer's ``fp4_quantize`` contract on fp4lab's reference: codes [M, K/2], scale bytes
     swizzled (or linear) reshaped to [-1, K/sf_vec_size]."""
-    codes, scales, _ = nvfp4.quantize_bytes(x, global_scale, swizzle=is_sf_swizzled_layout)
+    codes, scales = _fp4_bytes(x, global_scale, is_sf_swizzled_layout)
     return fix._ran(FLASHINFER_QUANTIZE, (codes, scales.reshape(-1, x.shape[-1] // sf_vec_size)))
 
 
@@ -385,6 +407,8 @@ LOAD_TIME = (
     ("flashinfer", "nvfp4_block_scale_interleave", _block_scale_interleave,
      "FlashInfer's JIT block-scale interleave, which the TRT-LLM FP4 MoE's weight preparation "
      "calls at load time: fp4lab's 128x4 swizzle"),
+    ("flashinfer", "block_scale_interleave", _block_scale_interleave,
+     "FlashInfer's JIT block-scale interleave (its older name, the same call): fp4lab's swizzle"),
 )  # fmt: skip
 """(module, name, CPU kernel, why): kernels the model's weight preparation calls on load."""
 
@@ -393,11 +417,15 @@ def load_time_kernels() -> list[dict]:
     """LOAD_TIME installed where the release has the module and name (before the model loads)."""
     done = []
     for module, name, cpu, why in LOAD_TIME:
-        if _attribute(module, name) is not None:
+        if attribute(module, name) is not None:
             setattr(importlib.import_module(module), name, cpu)
-            done.append(_record(f"{name}_load_time", f"{module}.{name}", why))
+            done.append(record(f"{name}_load_time", f"{module}.{name}", why))
     return done
 
+
+TRTLLM_WHY = ("FlashInfer's TRT-LLM FP4 MoE kernel: no CPU reference for its shuffled weight "
+              "layout, the routed experts contribute zero (the MoE's numerics are not checked "
+              "where this runs)")  # fmt: skip
 
 EAGER_ONLY = (
     ("flashinfer.norm", "rmsnorm", _flashinfer_rmsnorm,
@@ -414,32 +442,37 @@ EAGER_ONLY = (
     ("sglang.srt.layers.moe.cutlass_moe", "cutlass_moe_fp4", cutlass_moe_fp4,
      "sgl_kernel's CUTLASS NVFP4 MoE (prepare_moe_input, grouped FP4 GEMMs): the MoE by its "
      "definition on fp4lab's reference quantize and the dequantize-matmul GEMM"),
-    ("sglang.srt.layers.moe.fused_moe_triton.layer", "fp4_quantize", _flashinfer_fp4_quantize,
-     "FlashInfer's fp4_quantize called by FlashInferFP4MoE inside SGLang's MoE op: fp4lab's "
-     "reference (eager only: under the trace the op is one node)"),
     ("sglang.srt.layers.moe.fused_moe_triton.layer", "trtllm_fp4_block_scale_moe",
-     _trtllm_fp4_moe_zero, "FlashInfer's TRT-LLM FP4 MoE kernel: no CPU reference for its "
-     "shuffled weight layout, the routed experts contribute zero (the MoE's numerics are not "
-     "checked where this runs)"),
+     _trtllm_fp4_moe_zero, TRTLLM_WHY),
+    ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe", _trtllm_fp4_moe_zero, TRTLLM_WHY),
 )  # fmt: skip
 """(module, name, CPU kernel, why): the kernels that run only eagerly in GLM-5's PCG forward."""
 
 
-LINEAR = "sglang.srt.layers.quantization.modelopt_quant"
+BINDS_FLASHINFER_QUANTIZE = (
+    "sglang.srt.layers.quantization.modelopt_quant",
+    "sglang.srt.layers.moe.fused_moe_triton.layer",
+    "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm",
+)
+"""Modules that may bind FlashInfer's ``fp4_quantize`` by name (the NVFP4 linear method, the
+FP4 MoE layer, the TRT-LLM MoE runner), depending on the release and the SM."""
 
 
 def eager_only_kernels() -> list[dict]:
     """EAGER_ONLY installed where the release has the module and name; and FlashInfer's
-    ``fp4_quantize`` where the NVFP4 linear method binds it by name (the runner of 0.5.10+ runs
-    one eager forward before it compiles)."""
+    ``fp4_quantize`` wherever a module binds it by name (the runner of 0.5.10+ runs one eager
+    forward before it compiles; the MoE runs it eagerly inside SGLang's MoE op)."""
     done = []
-    bound = _attribute(LINEAR, "fp4_quantize")
-    if getattr(bound, "__module__", "").startswith("flashinfer"):
-        importlib.import_module(LINEAR).fp4_quantize = eager_only(bound, _flashinfer_fp4_quantize)
-        done.append(_record("fp4_quantize_eager_only", f"{LINEAR}.fp4_quantize",
-                            "FlashInfer's fp4_quantize as the NVFP4 linear method binds it: "
-                            "fp4lab's reference when run eagerly; while dynamo traces, "
-                            "FlashInfer's own function (the story's path)"))  # fmt: skip
+    for module in BINDS_FLASHINFER_QUANTIZE:
+        bound = attribute(module, "fp4_quantize")
+        if getattr(bound, "__module__", "").startswith("flashinfer"):
+            importlib.import_module(module).fp4_quantize = eager_only(
+                bound, _flashinfer_fp4_quantize
+            )
+            done.append(record("fp4_quantize_eager_only", f"{module}.fp4_quantize",
+                               "FlashInfer's fp4_quantize as the release binds it: fp4lab's "
+                               "reference when run eagerly; while dynamo traces, FlashInfer's "
+                               "own function (the story's path)"))  # fmt: skip
     for module, name, cpu, why in EAGER_ONLY:
         try:
             owner = importlib.import_module(module)
@@ -447,7 +480,7 @@ def eager_only_kernels() -> list[dict]:
             continue
         if hasattr(owner, name):  # where the import it binds failed, the name is None: still called
             setattr(owner, name, eager_only(getattr(owner, name), cpu))
-            done.append(_record(f"{name}_eager_only", f"{module}.{name}", why))
+            done.append(record(f"{name}_eager_only", f"{module}.{name}", why))
     return done
 
 
@@ -512,13 +545,13 @@ class KVPool:
         return None
 
 
-ATTENTION = _record(
+ATTENTION = record(
     "attention_backend", "sglang::unified_attention_with_output (the split op) -> attn_backend.forward",
     "NativeSparseAttnBackend runs FlashMLA / DeepGEMM kernels; dense causal MLA attention in "
     "torch equals DSA's top-k sparse attention here (every sequence <= index_topk tokens), and "
     "the indexer metadata answers as the backend's does for one extend batch from an empty cache",
 )  # fmt: skip
-KV_POOL = _record("dsa_kv_pool", "forward_batch.token_to_kv_pool",
+KV_POOL = record("dsa_kv_pool", "forward_batch.token_to_kv_pool",
                   "the DSA KV pool needs GPU memory pools; the indexer's key write is accepted "
                   "and dropped (one extend batch from an empty cache reads nothing back)")  # fmt: skip
 
@@ -537,7 +570,7 @@ def device_queries(sm: tuple[int, int]) -> Iterator[list[dict]]:
         target.attribute_replaced(torch.cuda, "get_device_capability", lambda device=None: sm),
         target.attribute_replaced(torch.cuda, "get_device_properties", lambda device=None: props),
     ):
-        yield [_record("device_queries", "torch.cuda.current_device, get_device_capability, "
+        yield [record("device_queries", "torch.cuda.current_device, get_device_capability, "
                        "get_device_properties",
                        "a CPU build of torch raises on them; sgl_kernel's wrappers ask them for "
                        "PDL support, which dynamo folds to a constant on a GPU")]  # fmt: skip

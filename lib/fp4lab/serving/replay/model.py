@@ -167,7 +167,7 @@ def _cudart() -> list[dict]:
     if not found:
         return []
     ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
-    return [kernels._record("libcudart_loaded", f"site-packages/{Path(found[0]).name}",
+    return [kernels.record("libcudart_loaded", f"site-packages/{Path(found[0]).name}",
                             "flashinfer/comm/cuda_ipc.py asserts at import that libcudart is "
                             "loaded; the library bundled in the environment is loaded, no CUDA "
                             "call is made")]  # fmt: skip
@@ -177,9 +177,9 @@ def _cudart() -> list[dict]:
 def _setup_standins(sm: tuple[int, int]) -> Iterator[list[dict]]:
     """What building the model on a CPU needs beyond the simulated GPU, each listed."""
     listed = [
-        kernels._record("cuda_on_cpu", "torch functions with device=cuda, Tensor.cuda/.to",
+        kernels.record("cuda_on_cpu", "torch functions with device=cuda, Tensor.cuda/.to",
                         "SGLang's cached device checks say CUDA; set-up allocations go to the CPU"),
-        kernels._record("alternate_stream", "torch.cuda.Stream",
+        kernels.record("alternate_stream", "torch.cuda.Stream",
                         "DeepSeek's model makes an alternate stream used only in graph capture"),
     ]  # fmt: skip
     with (
@@ -200,7 +200,7 @@ def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict]
     wanted = {**SERVER_ARGS, **glm5_server_flags()}
     given = {k: v for k, v in wanted.items() if k in fields}
     memory = {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
-    listed = [kernels._record("gpu_memory", "sglang.srt.server_args.get_device_memory_capacity",
+    listed = [kernels.record("gpu_memory", "sglang.srt.server_args.get_device_memory_capacity",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
     with target.attribute_replaced(module, "get_device_memory_capacity", lambda *a: memory):
         args = module.ServerArgs(model_path=str(checkpoint), **given)
@@ -226,7 +226,7 @@ def _distributed(server_args: Any, model_config: Any) -> None:
     for module, name in (("sglang.srt.layers.moe", "initialize_moe_config"),
                          ("sglang.srt.layers.quantization.fp8_utils", "initialize_fp8_gemm_config"),
                          ("sglang.srt.layers.quantization.fp4_utils", "initialize_fp4_gemm_config")):  # fmt: skip
-        configure = kernels._attribute(module, name)
+        configure = kernels.attribute(module, name)
         if configure is not None:
             configure(server_args)
 
@@ -241,7 +241,7 @@ def _deep_gemm_sms(sm_count: int) -> list[dict]:
     if not isinstance(getattr(indexer, "deep_gemm", None), Exception):
         return []
     indexer.deep_gemm = types.SimpleNamespace(get_num_sms=lambda: sm_count)
-    return [kernels._record("deep_gemm_sm_count", "nsa_indexer.deep_gemm.get_num_sms",
+    return [kernels.record("deep_gemm_sm_count", "nsa_indexer.deep_gemm.get_num_sms",
                             f"DeepGEMM needs libnvrtc to import; {sm_count} SMs answer")]  # fmt: skip
 
 
@@ -280,7 +280,7 @@ def host(built: Built) -> Any:
     from sglang.srt.model_executor.model_runner import ModelRunner
 
     runner = ModelRunner.__new__(ModelRunner)
-    spec = kernels._attribute("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    spec = kernels.attribute("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
     values = {
         "server_args": built.server_args, "model": built.model, "model_config": built.model_config,
         "device": "cpu", "gpu_id": 0, "is_draft_worker": False, "pp_size": 1, "tp_size": 1,
@@ -338,9 +338,7 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
 def min_capability() -> int | None:
     """The lowest compute capability the release's NVFP4 ModelOpt config accepts (its own
     ``get_min_capability``: 100 means SM100), or None where it has none."""
-    config = kernels._attribute(
-        "sglang.srt.layers.quantization.modelopt_quant", "ModelOptFp4Config"
-    )
+    config = kernels.attribute("sglang.srt.layers.quantization.modelopt_quant", "ModelOptFp4Config")
     return config.get_min_capability() if config is not None else None
 
 

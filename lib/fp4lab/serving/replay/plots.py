@@ -7,13 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 
 from fp4lab.core import evidence, figures, glm5, records
+from fp4lab.serving.replay import decide
 
-COLOURS = {"blocked": "#d62728", "compiles": "#2ca02c", "not applicable": "#9edae5",
-           "not measured": "#eeeeee"}  # fmt: skip
+COLOURS = dict(zip(decide.OUTCOMES, ("#d62728", "#2ca02c", "#9edae5", "#eeeeee"), strict=True))
+"""blocked, compiles, not applicable, not measured."""
 PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer split",
               "dsa_attention_split_op": "DSA attn split"}  # fmt: skip
 SHORT = {"flashinfer_direct": "flashinfer.fp4_quantize", "sglang_op": "sglang op",
-         "sgl_kernel_op": "sgl_kernel op", "none": "none", "other": "other"}  # fmt: skip
+         "sglang_jit_op": "sglang JIT op", "sgl_kernel_op": "sgl_kernel op", "none": "none",
+         "other": "other"}  # fmt: skip
 
 
 def table(rows: list[dict]) -> object:

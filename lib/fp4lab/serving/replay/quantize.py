@@ -17,11 +17,15 @@ from typing import Any
 import torch
 
 MODULE = "sglang.srt.layers.quantization.modelopt_quant"
-SGLANG_OP = "sglang::flashinfer_fp4_quantize"
-IMPLEMENTATIONS = ("flashinfer_direct", "sglang_op", "sgl_kernel_op", "none", "other")
+IMPLEMENTATIONS = (
+    "flashinfer_direct",
+    "sglang_op",
+    "sglang_jit_op",
+    "sgl_kernel_op",
+    "none",
+    "other",
+)
 """What the linear method's quantize can be."""
-
-REFERENCE_FOR_SGLANG_OP = "fp4lab reference (CPU kernel lent to the op; its own kernel is CUDA's)"
 
 
 def linear_call(path: str) -> tuple[str | None, int | None]:
@@ -60,6 +64,8 @@ def implementation(obj: Any) -> tuple[str, str]:
         return "flashinfer_direct", name
     if name.startswith("sgl_kernel"):
         return "sgl_kernel_op", name
+    if name.startswith("sglang.jit_kernel"):
+        return "sglang_jit_op", name
     return "other", name
 
 
@@ -91,11 +97,11 @@ def chosen() -> dict:
     for part in (name or "").split(".")[1:]:
         obj = getattr(obj, part, None)
     kind, qualified = implementation(obj)
-    op = (
-        qualified
-        if "::" in qualified
-        else ("sgl_kernel::scaled_fp4_quant" if kind == "sgl_kernel_op" else None)
-    )
+    wrapped_op = {
+        "sgl_kernel_op": "sgl_kernel::scaled_fp4_quant",
+        "sglang_jit_op": "sglang::scaled_fp4_quant",
+    }
+    op = qualified if "::" in qualified else wrapped_op.get(kind)
     return {
         "implementation": kind, "object": qualified, "called_as": name,
         "call_site": f"sglang/srt/layers/quantization/modelopt_quant.py:{line}",

@@ -32,18 +32,20 @@ from fp4lab.serving.replay import inside, kernels, model
 RUNNER = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
 ENTRY = "sglang.srt.model_executor.model_runner.ModelRunner.init_piecewise_cuda_graphs"
 
-NO_ENTRY = ("the release builds PiecewiseCudaGraphRunner inside ModelRunner.__init__ (it has no "
-            "init_piecewise_cuda_graphs), which fp4lab does not run on a CPU")
+NO_ENTRY = (
+    "the release builds PiecewiseCudaGraphRunner inside ModelRunner.__init__ (it has no "
+    "init_piecewise_cuda_graphs), which fp4lab does not run on a CPU"
+)
 
-CAPTURE = kernels._record(
+CAPTURE = kernels.record(
     "cuda_graph_capture_not_run", f"{RUNNER}.PiecewiseCudaGraphRunner.capture",
     "capturing CUDA graphs needs a CUDA GPU; the runner's compile warm-up before it runs whole, "
     "and inside it the piecewise backend returns before any capture",
 )  # fmt: skip
-POOL = kernels._record("graph_pool_handle", "torch.cpu.graph_pool_handle",
+POOL = kernels.record("graph_pool_handle", "torch.cpu.graph_pool_handle",
                        "the runner asks its device module for a CUDA graph memory pool handle; "
                        "an opaque object stands for it (nothing is captured)")  # fmt: skip
-EAGER = kernels._record("eager_pass", f"{RUNNER}.install_torch_compiled",
+EAGER = kernels.record("eager_pass", f"{RUNNER}.install_torch_compiled",
                         "the eager pass is the same runner with install_torch_compiled left out")  # fmt: skip
 
 
@@ -194,7 +196,7 @@ def compile_contexts() -> list:
     """The release's own CONTEXTS, those it has, ready to enter."""
     found = []
     for module, name, args in CONTEXTS:
-        manager = kernels._attribute(module, name)
+        manager = kernels.attribute(module, name)
         if manager is not None:
             found.append(lambda m=manager, a=args: m(*a))
     return found
