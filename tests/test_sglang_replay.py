@@ -88,6 +88,21 @@ def test_the_patch_text_holds_the_parts_asked_for(tmp_path):
         patch.render("0.5.9", "12.0", ["x"])
 
 
+def test_the_patch_writer_writes_what_the_replay_needed(tmp_path, monkeypatch):
+    """The writer's own logic, on a replay's answer (the replay itself runs in the notebook's
+    test): the plugin and its .pth written, exit 0 once the patched model compiles."""
+    text = patch.render("0.5.9", "12.0", ["fp4_quantize_op"], {"module": "m", "name": "fq"})
+    found = {"fix": {"parts": ["fp4_quantize_op"], "plugin": text, "compiles": True, "pieces": 5,
+                     "equals_eager": True, "steps": []}}  # fmt: skip
+    monkeypatch.setattr(env, "ensure_env", lambda version: env.CompileEnv(version, "reused"))
+    monkeypatch.setattr(study.venvs, "run_children", lambda *args, **kwargs: [found])
+    said: list[str] = []
+    assert study.write_patch("0.5.9", "12.0", tmp_path / "out", said.append) == 0
+    name = patch.module_name("0.5.9", "12.0")
+    assert (tmp_path / "out" / f"{name}.py").read_text() == text
+    assert (tmp_path / "out" / f"{name}.pth").exists() and "equals eager" in said[-1]
+
+
 def test_the_scan_names_direct_and_wrapped_calls(tmp_path):
     source = tmp_path / "sglang" / "srt" / "m.py"
     source.parent.mkdir(parents=True)

@@ -1,17 +1,21 @@
 """Inside one SGLang environment: what replaces, on a CPU, the kernels SGLang's GLM-5 calls.
 
 Every replacement sits at a kernel or split-op boundary and is returned as a record (``name``,
-``boundary``, ``why``), so each run lists what stood in. Three kinds:
+``boundary``, ``why``), so each run lists what stood in. Four kinds:
 
 * **opaque ops** (``sgl_kernel::*``): on a GPU these are C++ ops with a schema, which dynamo
   records as one node; here the schema is defined with a CPU kernel and a fake, before SGLang
   is imported, so SGLang's own fakes register on them as they do on a GPU;
 * **CPU kernels lent to SGLang's custom ops** (``sglang::*``): SGLang registers its ops for the
   CUDA dispatch key only; the op's own Python code is registered for CPU too, and the few ops
-  whose body is a CUDA kernel (FP4 GEMM, rotary embedding) get a reference CPU kernel instead;
-* **eager-only kernels** (FlashInfer's layernorm, the Hadamard transform, the indexer's FP8
-  quantize, the FP4 MoE): run only eagerly (inside split ops or SGLang's MoE op); while dynamo
-  traces, the release's own function is called, so a stand-in can never hide a trace blocker.
+  whose body is a CUDA kernel (FP4 GEMM and quantize, rotary, activation) get a reference CPU
+  kernel instead;
+* **eager-only kernels** (FlashInfer's quantize and norms, the Hadamard transform, the indexer's
+  FP8 quantize, the FP4 MoEs): run only eagerly (the runner's eager forward, split ops, SGLang's
+  MoE op); while dynamo traces, the release's own function is called, so a stand-in can never
+  hide a trace blocker. The TRT-LLM FP4 MoE (SM100) has no CPU reference: its routed experts
+  contribute zero, in the compiled and the eager pass alike;
+* **load-time kernels** (FlashInfer's block-scale interleave for the TRT-LLM MoE's weights).
 
 The attention backend stands in for ``NativeSparseAttnBackend`` at SGLang's attention split op:
 dense causal MLA attention, which equals DSA's sparse attention while every sequence is at most
