@@ -52,7 +52,9 @@ def _row(run: runner.Run, kernel: str | None, simulated: bool, **extra: object) 
     return {
         **{k: data[k] for k in KEEP},
         "kernel": kernel,
-        "evidence": evidence.of_run(traced=not run.eager, simulated=simulated, kernel=kernel),
+        "evidence": evidence.of_run(
+            traced=not run.eager and data["status"] != "not_run", simulated=simulated, kernel=kernel
+        ),
         **extra,
     }
 

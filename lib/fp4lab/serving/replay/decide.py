@@ -78,7 +78,11 @@ def moe_path(replay: dict, calls: list[dict]) -> tuple[str, str | None]:
     moe = next((m for m in methods if "MoE" in m.split(":")[0]), None)
     if not fixed.get("compiles"):
         return f"{moe or 'the MoE layer'}: not reached by the trace", None
-    ops = [op for op in fixed.get("graph_custom_ops", {}) if "moe" in op and op.endswith("cuda_graph_impl")]
+    ops = [
+        op
+        for op in fixed.get("graph_custom_ops", {})
+        if "moe" in op and op.endswith("cuda_graph_impl")
+    ]
     if not ops:
         return f"{moe}: traced inline (no MoE op in the graph)", None
     cls = (moe or "").split(":")[0]
@@ -91,6 +95,12 @@ def moe_path(replay: dict, calls: list[dict]) -> tuple[str, str | None]:
     )
     op = ops[0].replace(".", "::", 1)
     return f"{moe} inside {op}: its quantize is not traced{where}", op
+
+
+def short(note: str) -> str:
+    """A note's first clause (before the first parenthesis, colon list or semicolon)."""
+    cut = min((note.find(c) for c in (" (", ";") if c in note), default=len(note))
+    return note[:cut][:110]
 
 
 def _flag_row(replay: dict) -> tuple[list[str] | None, str, dict]:
@@ -130,10 +140,10 @@ def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -
         major, minor = (int(p) for p in sm.split("."))
         if least and major * 10 + minor < least:
             note = (f"the release's NVFP4 config needs SM{least // 10}.{least % 10}+ "
-                    f"(ModelOptFp4Config.get_min_capability): {replay['build_error']}")  # fmt: skip
+                    f"(ModelOptFp4Config.get_min_capability; {replay['build_error']})")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
         if replay.get("refused_by_release"):
-            note = f"the release refuses NVFP4 GLM-5 on SM{sm} while building it: {obstacle}"
+            note = f"the release refuses NVFP4 GLM-5 on SM{sm} while building it ({obstacle})"
             return {**row, "outcome": "not applicable", "note": note}
         return {**row, "outcome": "not measured", "note": obstacle}
     steps = fixed.get("steps", [])
@@ -179,7 +189,7 @@ def _what(r: dict) -> str:
         same = "equals" if r["equals_eager"] else "differs from"
         return f"blocked at {r['blocked_at']}; patch {'+'.join(r['patch'])}: compiles, {same} eager"
     if r["outcome"] in ("not applicable", "not measured"):
-        return f"{r['outcome']} ({r['note']})"
+        return f"{r['outcome']} ({short(r['note'])})"
     return "compiles as released"
 
 
@@ -193,7 +203,9 @@ def compact(rows: list[dict]) -> list[str]:
             what = f"{_what(r)} [{', '.join(r['evidence']) or 'no evidence'}]; MoE: {r['moe']}"
             groups.setdefault(what, []).append(f"SM{r['sm']}")
         said = "; ".join(f"{'/'.join(sms)} {what}" for what, sms in groups.items())
-        model = mine[0]["model_class"] or "model not built"
+        model = (
+            next((r["model_class"] for r in mine if r["model_class"]), None) or "model not built"
+        )
         lines.append(f"SGLang {version} ({model.split('.')[-1]}): GLM-5 flag: {mine[0]['flag']} "
                      f"({mine[0]['flag_why']}); {said}")  # fmt: skip
     return lines
