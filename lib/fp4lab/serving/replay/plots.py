@@ -4,6 +4,7 @@ that removes them and the MoE's path; each row labelled with the option a GLM-5 
 
 from __future__ import annotations
 
+import textwrap
 from pathlib import Path
 
 from fp4lab.core import evidence, figures, glm5, records
@@ -69,6 +70,8 @@ def plot_decision(rows: list[dict]) -> object:
             done += ", = eager" if r["equals_eager"] else ""
             short = " + ".join(PART_SHORT.get(p, p) for p in r["patch"])
             detail += f"\npatch: {short}\n-> {done}"
+        if r["outcome"] in ("not applicable", "not measured"):
+            detail += "\n" + textwrap.fill(decide.short(r["note"]), 44)
         if r["moe_op"]:
             detail += f"\nMoE in {r['moe_op'].split('::')[-1][:34]}"
         ax.text(x + 0.48, y + 0.45, f"{SHORT.get(r['quantize'], r['quantize'])}\n{detail}",
