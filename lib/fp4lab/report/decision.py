@@ -36,7 +36,9 @@ QUESTIONS = (
         "Piecewise CUDA graphs in FlashInfer releases", "not examined", ("09_version_matrix",)
     ),
     Question(
-        "Piecewise CUDA graphs in SGLang releases", "not examined", ("11_sglang_piecewise_replay",)
+        "Piecewise CUDA graphs for GLM-5 in SGLang releases",
+        "not examined",
+        ("11_sglang_piecewise_replay",),
     ),
     Question("fullgraph=False instead", "assumed worthless", ("04_fullgraph_false_tradeoff",)),
     Question("MSCCLPP allreduce", "next, Tier 1", ("07_mscclpp_allreduce",)),

@@ -73,8 +73,11 @@ def _sglang_line() -> str:
         return "- In SGLang's own compile path: not measured at this commit."
     v = rows[-1]["values"]
     tail = (
-        " In SGLang 0.5.9 the NVFP4 linear method took flashinfer.fp4_quantize directly only on "
-        "SM120 (sgl_kernel's op elsewhere): the story's crash path was SM120-specific."
+        " The FP4 quantize JIT blocker was SM120-specific in SGLang 0.5.9 (FlashInfer's "
+        "fp4_quantize bound directly there; 0.5.12 wraps it as sglang::flashinfer_fp4_quantize), "
+        "but GLM-5's piecewise compile meets its sparse attention (DSA) on every NVFP4-capable SM "
+        "the replay drove; fp4lab's patch makes each compile to the expected pieces and equal "
+        "eager in the CPU replay."
         if v.get("sm120_specific_0_5_9")
         else ""
     )
