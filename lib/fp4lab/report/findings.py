@@ -67,13 +67,36 @@ def _matrix_line() -> str:
     )
 
 
+def _release_clause(version: str, mine: list[dict]) -> str:
+    """One release of notebook 11 in a few words: the flag, each SM's outcome, patch and MoE op."""
+    parts = []
+    for r in mine:
+        if r["outcome"] == "blocked":
+            fix = "+".join(r["patch"]) if r["compiles_with_patch"] else "none found"
+            same = ", equals eager" if r["equals_eager"] else ""
+            moe = f"; MoE behind {r['moe_op']}" if r.get("moe_op") else ""
+            parts.append(f"SM{r['sm']} blocked at {r['blocked_at']} (patch {fix}{same}{moe})")
+        elif r["outcome"] == "compiles":
+            parts.append(f"SM{r['sm']} compiles")
+        else:
+            parts.append(f"SM{r['sm']} {r['outcome']}")
+    levels = sorted({e for r in mine for e in r["evidence"]})
+    return (f"{version} (`{mine[0]['flag']}`): {', '.join(parts)}"
+            + (f" [{', '.join(levels)}]" if levels else ""))  # fmt: skip
+
+
 def _sglang_line() -> str:
     rows = _latest("11_sglang_piecewise_replay", "summary")
     if not rows:
-        return "- In SGLang's own compile path: not measured at this commit."
+        return "- GLM-5 in SGLang's piecewise runner: not measured at this commit."
     v = rows[-1]["values"]
+    decisions = [r["values"] for r in _latest("11_sglang_piecewise_replay", "decision")]
+    releases = [
+        _release_clause(version, [r for r in decisions if r["sglang_version"] == version])
+        for version in dict.fromkeys(r["sglang_version"] for r in decisions)
+    ]
     tail = (
-        " The FP4 quantize JIT blocker was SM120-specific in SGLang 0.5.9 (FlashInfer's "
+        " The FP4 quantize JIT blocker was met on SM120 only, in SGLang 0.5.9-0.5.11 (FlashInfer's "
         "fp4_quantize bound directly there; 0.5.12 wraps it as sglang::flashinfer_fp4_quantize), "
         "but GLM-5's piecewise compile meets its sparse attention (DSA) on every NVFP4-capable SM "
         "the replay drove; fp4lab's patch makes each compile to the expected pieces and equal "
@@ -82,8 +105,9 @@ def _sglang_line() -> str:
         else ""
     )
     return (
-        f"- In SGLang's own piecewise compile path ({', '.join(v['versions_measured'])}; trace "
-        f"on {_where(rows[-1])}): {'; '.join(v['by_version'])}.{tail}"
+        f"- GLM-5 in SGLang's piecewise runner: **{v['verdict']}**, {v['number']} (on "
+        f"{_where(rows[-1])}). Per release (the flag a GLM-5 user needs): {'; '.join(releases)}."
+        f"{tail}"
     )
 
 
