@@ -20,7 +20,6 @@ the record says which tensors decided.
 from __future__ import annotations
 
 import contextlib
-import re
 import time
 from collections.abc import Callable
 from typing import Any
@@ -54,8 +53,6 @@ VERDICT_NOTES = {
 }
 MUST_WRAP = ("graph break", "compile error")
 """Verdicts that mean a piecewise runner must wrap the call."""
-DECIDED = ("one graph", *MUST_WRAP)
-"""Verdicts about the trace: the denominator of the headline."""
 REMEDIES = ("story", "fresh_process")
 """The stage origins the chain may apply (the target itself is simulated from step 0)."""
 STAGE_NOTES = {
@@ -69,7 +66,6 @@ TENSORS = ("fake cuda", "cpu")
 _TOOLKIT = ("get_cuda_path", "get_cuda_version", "is_cuda_version_at_least")
 _CUBIN = ("load_cubin", "get_artifact", "get_cubin")
 _BUILD_AND_LOAD = ("build_and_load", "try_load", "aot_path", "aot_artifacts", "get_aot_artifacts")
-_CPU_TRACE = re.compile(eager.CPU_BUILD.pattern, re.IGNORECASE)
 TRACE_KEYS = ("signature", "status", "exception", "message", "explanation", "blocker_frame",
               "frames", "skipped_builtin", "gb_type", "graph_count", "seconds")  # fmt: skip
 CHAIN_KEYS = ("step", "stage", "origin", "story", "signature", "status", "message",
@@ -114,7 +110,7 @@ def decide(first: eager.Eager, row: dict | None, package: str = "flashinfer") ->
     dynamo = f"dynamo: {row['message']} at {row['blocker_frame']}"
     text = " ".join([row.get("message") or "", *(row.get("explanation") or []),
                      *(row.get("hints") or []), row.get("debug_context") or ""])  # fmt: skip
-    if _CPU_TRACE.search(text):
+    if eager.CPU_BUILD.search(text):
         return "undetermined on CPU", f"{dynamo}: the CPU build of torch, not the call; {said}"
     if first.outcome in ("cpu_build", "needs_values") and not first.ran(at):
         return "undetermined on CPU", f"{dynamo}; {said}, before reaching {at}"
