@@ -190,6 +190,11 @@ def _setup_standins(sm: tuple[int, int]) -> Iterator[list[dict]]:
         yield listed
 
 
+def gpu_memory_mib(sm: tuple[int, int]) -> int:
+    """The memory the simulated GPU of ``sm`` reports (H100, B200, RTX PRO 6000), in MiB."""
+    return {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
+
+
 def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict], dict]:
     """The release's ``ServerArgs`` with its own ``__post_init__``, for the simulated GPU."""
     import dataclasses
@@ -199,7 +204,7 @@ def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict]
     fields = {f.name for f in dataclasses.fields(module.ServerArgs)}
     wanted = {**SERVER_ARGS, **glm5_server_flags()}
     given = {k: v for k, v in wanted.items() if k in fields}
-    memory = {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
+    memory = gpu_memory_mib(sm)
     listed = [kernels.record("gpu_memory", "sglang.srt.server_args.get_device_memory_capacity",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
     with target.attribute_replaced(module, "get_device_memory_capacity", lambda *a: memory):
@@ -273,15 +278,13 @@ def glm5_server_flags() -> dict:
     return fields
 
 
-def host(built: Built) -> Any:
-    """A ``ModelRunner`` holding what its piecewise set-up reads (``__init__`` is not run: it
-    would build KV pools, the real attention backend and profile GPU memory)."""
+def host_values(built: Built) -> dict:
+    """What the runner host holds: what the piecewise set-up reads, stand-ins for the KV pools
+    and the attention backend among it."""
     from sglang.srt.distributed import get_tp_group
-    from sglang.srt.model_executor.model_runner import ModelRunner
 
-    runner = ModelRunner.__new__(ModelRunner)
     spec = kernels.attribute("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
-    values = {
+    return {
         "server_args": built.server_args, "model": built.model, "model_config": built.model_config,
         "device": "cpu", "gpu_id": 0, "is_draft_worker": False, "pp_size": 1, "tp_size": 1,
         "is_multimodal": False, "is_hybrid_swa": False, "tp_group": get_tp_group(),
@@ -291,7 +294,16 @@ def host(built: Built) -> Any:
         "token_to_kv_pool": kernels.KVPool(built.server_args.page_size),
         "attn_backend": kernels.AttentionBackend(),
     }  # fmt: skip
-    for name, value in values.items():
+
+
+def host(built: Built) -> Any:
+    """A ``ModelRunner`` holding ``host_values``, made without ``__init__`` (it would build KV
+    pools, the real attention backend and profile GPU memory; ``runner.drive`` runs it, those
+    steps stood in for, where the release builds its piecewise runner there)."""
+    from sglang.srt.model_executor.model_runner import ModelRunner
+
+    runner = ModelRunner.__new__(ModelRunner)
+    for name, value in host_values(built).items():
         setattr(runner, name, value)
     return runner
 
