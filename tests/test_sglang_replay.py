@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import ast
 import json
+import logging
 import re
 import sys
 import time
@@ -23,6 +24,7 @@ from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
 from fp4lab.serving import standins
 from fp4lab.serving.replay import decide, env, patch, scan, split_check, study, versions
+from fp4lab.serving.replay import runner as replay_runner
 
 pytestmark = pytest.mark.environments
 STORY_SIGNATURES = ["subprocess", "file_io", "compiler_disable_under_fullgraph"]
@@ -338,3 +340,46 @@ def test_the_glm5_flags_follow_each_releases_parser_and_auto_disable_rule():
     row = decide.cell("0.5.23", "12.0", {"piecewise_options": [gone], "fix": {"compiles": True}})
     assert (row["outcome"], row["flag"]) == ("not applicable", "none reaches it")
     assert "traced anyway: compiles as released" in row["note"]
+
+
+GQA = "Disable piecewise CUDA graph because some layers do not apply Standard GQA"
+
+
+def test_a_runner_the_release_declines_is_not_applicable_with_the_reason_it_logged():
+    """Shaped like 0.5.3.post2's replay: its ModelRunner.__init__ builds no runner for GLM-5."""
+    step = {
+        "status": "declined",
+        "signature": "declined",
+        "message": GQA,
+        "entry": replay_runner.INIT,
+    }
+    enable = _option(
+        "--enable-piecewise-cuda-graph", "Optimize the model with piecewise cuda graph"
+    )
+    replay = {"piecewise_options": [enable], "chain": [step],
+              "fix": {"steps": [step], "parts": [], "compiles": False}}  # fmt: skip
+    row = decide.cell("0.5.3.post2", "10.0", replay)
+    assert (row["outcome"], row["flag"]) == ("not applicable", "--enable-piecewise-cuda-graph")
+    assert row["note"] == ("the release's ModelRunner builds no piecewise runner for GLM-5 "
+                           f'(ModelRunner.__init__ logged "{GQA}")')  # fmt: skip
+    assert (row["blockers"], row["compiles_with_patch"], row["blocked_at"]) == ([], None, None)
+    assert decide._what(row).startswith("not applicable (the release's ModelRunner builds no")
+    silent = {**step, "message": None, "entry": replay_runner.ENTRY}
+    row = decide.cell("0.5.9", "10.0", {**replay, "fix": {"steps": [silent], "compiles": False}})
+    assert row["note"].endswith("(ModelRunner.init_piecewise_cuda_graphs logged no reason)")
+
+
+def test_why_a_release_declines_is_read_from_its_model_runner_log():
+    logger = logging.getLogger(replay_runner.LOGGER)
+    level, handlers = logger.level, list(logger.handlers)
+    with replay_runner.logged(replay_runner.LOGGER) as lines:
+        logger.info("Init torch distributed begin.")
+        logger.info(GQA)
+        logger.debug("below INFO: not kept")
+    logger.warning("after the while: not kept")
+    assert lines == ["Init torch distributed begin.", GQA]
+    assert (
+        replay_runner.declined_reason(lines) == GQA
+        and replay_runner.declined_reason(lines[:1]) is None
+    )
+    assert (logger.level, logger.handlers) == (level, handlers)

@@ -47,13 +47,15 @@ FP4_REFERENCE = "fp4lab reference (CPU kernel lent to fp4lab_patch::fp4_quantize
 
 def _row(run: runner.Run, kernel: str | None, simulated: bool, **extra: object) -> dict:
     data = run.as_record()
-    if data["status"] == "not_run":
-        data["signature"] = "not_run"
+    if data["status"] == "declined":
+        data["signature"] = "declined"
     return {
         **{k: data[k] for k in KEEP},
         "kernel": kernel,
         "evidence": evidence.of_run(
-            traced=not run.eager and data["status"] != "not_run", simulated=simulated, kernel=kernel
+            traced=not run.eager and data["status"] != "declined",
+            simulated=simulated,
+            kernel=kernel,
         ),
         **extra,
     }
@@ -234,7 +236,7 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
             for f in found["build_frames"][-2:]
         )
         return found | release_rules()
-    found |= {"facts": built.facts, "standins": [*built.standins, runner.CAPTURE, runner.POOL],
+    found |= {"facts": built.facts, "standins": [*built.standins, *runner.standins(built)],
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
     with torch.no_grad():
         found["eager_release"] = eager_release(built, sm)

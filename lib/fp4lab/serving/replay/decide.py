@@ -2,9 +2,10 @@
 
 For each (release, SM): the option a GLM-5 user passes (the release's own parser and auto-disable
 rule), the model class the release built, the quantize its NVFP4 linear method took, what
-compiling the model through the release's piecewise runner gave (compiles as released, blocked at
-which blockers, not applicable, not measured), the patch that removes the blockers and whether
-the patched model then compiles and equals eager, and the MoE's path under the trace.
+compiling the model through the release's piecewise runner gave (compiles as released; blocked at
+which blockers; not applicable, also where the release's ModelRunner builds no runner for it; not
+measured), the patch that removes the blockers and whether the patched model then compiles and
+equals eager, and the MoE's path under the trace.
 """
 
 from __future__ import annotations
@@ -109,6 +110,13 @@ def _flag_row(replay: dict) -> tuple[list[str] | None, str, dict]:
     return flags, how, disabled
 
 
+def declined_note(step: dict) -> str:
+    """Why a release's ModelRunner built no piecewise runner: its entry and the line it logged."""
+    where = (step.get("entry") or "ModelRunner").split(".model_runner.")[-1]
+    said = f'logged "{step["message"]}"' if step.get("message") else "logged no reason"
+    return f"the release's ModelRunner builds no piecewise runner for GLM-5 ({where} {said})"
+
+
 def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -> dict:
     """One (release, SM) row of the decision table."""
     flags, how, disabled = _flag_row(replay)
@@ -149,8 +157,8 @@ def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -
     steps = fixed.get("steps", [])
     met = [BLOCKERS[p] for p in fixed.get("parts", [])]
     last = steps[-1] if steps else {}
-    if last.get("status") == "not_run":
-        return {**row, "outcome": "not measured", "note": last.get("message")}
+    if last.get("status") == "declined":
+        return {**row, "outcome": "not applicable", "note": declined_note(last)}
     if fixed.get("compiles") is False:
         met.append(f"{last.get('blocker_frame')}: {last.get('message')}")
     row |= {"blockers": met, "compiles_with_patch": fixed.get("compiles"),

@@ -1,10 +1,13 @@
 """Inside one SGLang environment: the release's piecewise CUDA-graph runner driven on its GLM-5.
 
 ``drive`` calls the release's own ``ModelRunner.init_piecewise_cuda_graphs`` on the model's
-runner host: it collects the attention and MoE layers, builds ``PiecewiseCudaGraphRunner``,
-whose ``__init__`` installs ``install_torch_compiled(fullgraph=True)`` on the language model,
-enters the release's compiled contexts and runs its compile warm-up, one forward per capture
-size, each inside ``set_forward_context``. Only what needs a GPU is left out and listed: the
+runner host, or, in a release without it (0.5.3.post2), the release's own ``ModelRunner.__init__``
+on the host with its GPU set-up steps stood in for (``INIT_STANDINS``). The release's gate
+collects the attention and MoE layers and builds ``PiecewiseCudaGraphRunner``, whose ``__init__``
+installs ``install_torch_compiled(fullgraph=True)`` on the language model, enters the release's
+compiled contexts and runs its compile warm-up, one forward per capture size, each inside
+``set_forward_context``; where the gate builds no runner, the pass is ``declined``, with the
+reason the release's ModelRunner logged. Only what needs a GPU is left out and listed: the
 CUDA-graph capture itself (``capture``) and the graph memory pool handle. Every dynamo graph
 SGLang's backend receives is read (the ops it holds, the split ops it cuts at, the pieces).
 
@@ -18,6 +21,8 @@ from __future__ import annotations
 
 import collections
 import contextlib
+import inspect
+import logging
 import time
 import traceback
 from collections.abc import Iterator
@@ -30,12 +35,20 @@ from fp4lab.compile import fix, target, trace
 from fp4lab.serving.replay import inside, kernels, model
 
 RUNNER = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
-ENTRY = "sglang.srt.model_executor.model_runner.ModelRunner.init_piecewise_cuda_graphs"
+LOGGER = "sglang.srt.model_executor.model_runner"
+ENTRY = f"{LOGGER}.ModelRunner.init_piecewise_cuda_graphs"
+INIT = f"{LOGGER}.ModelRunner.__init__"
 
-NO_ENTRY = (
-    "the release builds PiecewiseCudaGraphRunner inside ModelRunner.__init__ (it has no "
-    "init_piecewise_cuda_graphs), which fp4lab does not run on a CPU"
-)
+INIT_STANDINS = (
+    kernels.record("init_torch_distributed", f"{LOGGER}.ModelRunner.init_torch_distributed",
+                   "it sets the CUDA device and builds the NCCL groups; the one-process gloo "
+                   "groups are set up already, and the simulated GPU's memory is returned"),
+    kernels.record("model_runner_initialize", f"{LOGGER}.ModelRunner.initialize",
+                   "it loads the model, builds the KV pools, the attention backend and the "
+                   "decode CUDA graphs on the GPU; the built model and the runner host's "
+                   "values (model.host_values) are set instead"),
+)  # fmt: skip
+"""What ``ModelRunner.__init__`` calls that is stood in for, where it is the entry."""
 
 CAPTURE = kernels.record(
     "cuda_graph_capture_not_run", f"{RUNNER}.PiecewiseCudaGraphRunner.capture",
@@ -137,6 +150,61 @@ def _config_split_ops() -> list[str]:
     return list(getattr(config, "split_ops", None) or getattr(compilation_config, "SPLIT_OPS", []))
 
 
+def standins(built: model.Built) -> list[dict]:
+    """The stand-ins of every pass: the capture, the pool handle and, where ``__init__`` is the
+    entry, ``INIT_STANDINS``."""
+    init = [] if hasattr(built.host, "init_piecewise_cuda_graphs") else list(INIT_STANDINS)
+    return [CAPTURE, POOL, *init]
+
+
+def _release_init(built: model.Built, sm: tuple[int, int]) -> None:
+    """The release's ``ModelRunner.__init__`` on the host, one rank of one GPU, its
+    ``INIT_STANDINS`` in place."""
+    cls = type(built.host)
+    memory = model.gpu_memory_mib(sm) / 1024  # GB, as init_torch_distributed returns
+
+    def initialize(self: Any, *args: Any, **kwargs: Any) -> None:
+        for name, value in model.host_values(built).items():
+            setattr(self, name, value)
+
+    given = {"model_config": built.model_config, "server_args": built.server_args,
+             "mem_fraction_static": built.server_args.mem_fraction_static, "gpu_id": 0,
+             "tp_rank": 0, "tp_size": 1, "moe_ep_rank": 0, "moe_ep_size": 1, "pp_rank": 0,
+             "pp_size": 1, "nccl_port": 0, "dp_rank": None, "is_draft_worker": False}  # fmt: skip
+    wanted = inspect.signature(cls.__init__).parameters
+    with (
+        target.attribute_replaced(cls, "init_torch_distributed", lambda self: memory),
+        target.attribute_replaced(cls, "initialize", initialize),
+    ):
+        cls.__init__(built.host, **{k: v for k, v in given.items() if k in wanted})
+
+
+@contextlib.contextmanager
+def logged(name: str) -> Iterator[list[str]]:
+    """The messages logger ``name`` logs meanwhile at INFO and above (its level lowered to INFO
+    for the while if higher)."""
+    lines: list[str] = []
+
+    class Keep(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            lines.append(record.getMessage())
+
+    logger, handler = logging.getLogger(name), Keep(logging.INFO)
+    level = logger.level
+    logger.addHandler(handler)
+    logger.setLevel(level if logging.NOTSET < level <= logging.INFO else logging.INFO)
+    try:
+        yield lines
+    finally:
+        logger.removeHandler(handler)
+        logger.setLevel(level)
+
+
+def declined_reason(lines: list[str]) -> str | None:
+    """The last logged line about piecewise CUDA graphs: why the release built no runner."""
+    return next((line for line in reversed(lines) if "piecewise" in line.lower()), None)
+
+
 def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Run:
     """The release's piecewise set-up on ``built`` (see the module docstring); never raises for
     a compile failure."""
@@ -147,6 +215,7 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
     built.host.piecewise_cuda_graph_runner = None
     outcome = trace.TraceOutcome(status="compiled", fullgraph=True, backend="sglang", seconds=0.0)
     before, cause, found = inside.counter(), "", []
+    entry = getattr(built.host, "init_piecewise_cuda_graphs", None)
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         stack.enter_context(target.attribute_replaced(pcgr.PiecewiseCudaGraphRunner, "capture",
@@ -157,21 +226,16 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
             stack.enter_context(target.attribute_replaced(pcgr, "install_torch_compiled",
                                                           lambda module, **kwargs: module))  # fmt: skip
         graphs = stack.enter_context(_observed_graphs())
-        entry = getattr(built.host, "init_piecewise_cuda_graphs", None)
+        lines = stack.enter_context(logged(LOGGER))
         try:
-            if entry is None:
-                outcome.status, outcome.message = "not_run", NO_ENTRY
-            else:
+            if entry is not None:
                 entry()
+            else:
+                _release_init(built, sm)
         except Exception as exc:  # a compile failure is what is measured
             cause, found = inside.failed(outcome, exc)
     if outcome.status == "compiled" and built.host.piecewise_cuda_graph_runner is None:
-        outcome.status, outcome.message = (
-            "not_run",
-            (
-                "ModelRunner.init_piecewise_cuda_graphs built no piecewise runner (its own conditions)"
-            ),
-        )
+        outcome.status, outcome.message = "declined", declined_reason(lines)
     outcome.seconds = time.perf_counter() - started
     after = inside.counter()
     counts = {k: after[k] - before[k] for k in after}
@@ -179,7 +243,7 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
         outcome.graph_count, outcome.graph_break_count = counts["num_graphs_seen"], 0
     compiled = inside.Compiled(outcome, counts, _config_split_ops(),
                                [RUNNER + ".PiecewiseCudaGraphRunner.__init__"], found, cause,
-                               entry=ENTRY)  # fmt: skip
+                               entry=ENTRY if entry is not None else INIT)  # fmt: skip
     return Run(compiled, graphs, eager, built.host.piecewise_cuda_graph_runner)
 
 

@@ -110,9 +110,10 @@ def record_version(rec: records.Recorder, run: VersionRun) -> list[dict]:
     rows = []
     for sm, replay in run.replays.items():
         ran = [*replay.get("chain", []), *replay.get("fix", {}).get("steps", [])]
+        entry = next((r["entry"] for r in ran if r.get("entry")), "its ModelRunner")
         rec.add("replay", {**base, "sm": sm, "evidence": evidence.of_values(ran),
                            "what_ran": "the release's GlmMoeDsaForCausalLM through "
-                           "ModelRunner.init_piecewise_cuda_graphs", **replay},
+                           + entry.split(".model_runner.")[-1], **replay},
                 target=_target(sm))  # fmt: skip
         rows.append(decide.cell(run.version, sm, replay, run.calls))
     return rows
