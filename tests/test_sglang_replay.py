@@ -19,6 +19,7 @@ import time
 
 import nbformat
 import pytest
+import torch
 
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
@@ -215,9 +216,10 @@ def test_the_first_blocker_frame_follows_cuda_home(notebook_records):
 
 def test_the_patch_makes_glm5_compile_to_the_expected_pieces_and_equal_eager(notebook_records):
     fixed = _replay(notebook_records, versions.STORY_SM)["fix"]
-    assert fixed["parts"] == list(patch.PARTS)
+    story_parts = ["fp4_quantize_op", "dsa_indexer_split_op", "dsa_attention_split_op"]
+    assert fixed["parts"] == story_parts
     steps = fixed["steps"]
-    assert [s["parts"] for s in steps] == [list(patch.PARTS[:i]) for i in range(4)]
+    assert [s["parts"] for s in steps] == [story_parts[:i] for i in range(4)]
     assert "nsa_indexer.py" in steps[1]["blocker_frame"], "the next wall is the DSA indexer"
     assert "radix_attention.py" in steps[2]["blocker_frame"], "then DSA attention's split op"
     assert fixed["compiles"] and fixed["equals_eager"] is True and fixed["finite"]
@@ -383,3 +385,43 @@ def test_why_a_release_declines_is_read_from_its_model_runner_log():
         and replay_runner.declined_reason(lines[:1]) is None
     )
     assert (logger.level, logger.handlers) == (level, handlers)
+
+
+def test_a_release_no_option_reaches_is_not_applicable_without_being_driven():
+    """Shaped like 0.5.23's replay: the model is built, its parser offers no tc_piecewise."""
+    prefill = _option("--cuda-graph-backend-prefill", "Backend for the prefill phase.")
+    prefill["choices"] = ["full", "breakable", "disabled"]
+    replay = {"piecewise_options": [prefill], "not_driven": "removed",
+              "facts": {"model_class": "sglang.srt.models.glm4_moe.GlmMoeDsaForCausalLM"}}  # fmt: skip
+    row = decide.cell("0.5.23", "12.0", replay)
+    assert (row["outcome"], row["flag"], row["blockers"]) == (
+        "not applicable",
+        "none reaches it",
+        [],
+    )
+    assert "GlmMoeDsaForCausalLM built; its runner not driven" in row["note"]
+
+
+def test_a_dynamo_error_sglang_re_raised_is_read_from_dynamo_and_its_part_chosen():
+    """0.5.2x re-raises the compile pass's dynamo error as "Capture prefill CUDA graph failed";
+    the blocker is dynamo's, and is_musa's import probe has its patch part."""
+    from fp4lab.compile import trace
+    from fp4lab.serving.replay import child, inside
+
+    def probe() -> None:
+        raise torch._dynamo.exc.Unsupported("Import failure")
+
+    try:
+        try:
+            probe()
+        except RuntimeError as error:
+            raise RuntimeError(f"Capture prefill CUDA graph failed: {error}") from error
+    except RuntimeError as wrapped:
+        outcome = trace.TraceOutcome(status="compiled", fullgraph=True, backend="sglang", seconds=0)
+        inside.failed(outcome, wrapped)
+    assert (outcome.status, outcome.exception) == ("unsupported", "torch._dynamo.exc.Unsupported")
+    row = {"status": "unsupported", "frames": ["sglang/srt/utils/common.py:226:is_musa"]}
+    assert child.part_for(row) == "musa_probe_constant"
+    assert child.part_for({**row, "status": "runtime_error"}) is None
+    text = patch.render("0.5.21", "12.0", ["musa_probe_constant"])
+    assert "assume_constant_result" in text and '_after_import("sglang.srt.utils.common"' in text

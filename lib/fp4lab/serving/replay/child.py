@@ -35,7 +35,7 @@ import torch
 
 from fp4lab.compile import fix, stages, target
 from fp4lab.core import evidence, paths, probe
-from fp4lab.serving.replay import model, patch, quantize, runner
+from fp4lab.serving.replay import decide, model, patch, quantize, runner
 
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
@@ -63,7 +63,7 @@ def _row(run: runner.Run, kernel: str | None, simulated: bool, **extra: object) 
 
 def part_for(row: dict) -> str | None:
     """The patch part that removes the blocker ``row`` shows, or None: a trace blocker in the FP4
-    quantize or the DSA indexer, or DSA attention's ``topk_indices`` refused by the release's
+    quantize, the DSA indexer or SGLang's MUSA probe, or DSA attention's ``topk_indices`` refused by the release's
     attention split op (traced or run: the release's piecewise path fails there eagerly too)."""
     frames = row.get("frames", [])
     words = " ".join(str(row.get(k) or "") for k in ("message", "cause"))
@@ -71,6 +71,8 @@ def part_for(row: dict) -> str | None:
         return "dsa_attention_split_op"
     if row["status"] != "unsupported":  # compiled, or failed while running: no trace blocker
         return None
+    if any(f.endswith(":is_musa") for f in frames):
+        return "musa_probe_constant"
     if any("modelopt_quant.py" in f for f in frames) and any(
         f.startswith("flashinfer/") for f in frames
     ):
@@ -238,6 +240,11 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
         return found | release_rules()
     found |= {"facts": built.facts, "standins": [*built.standins, *runner.standins(built)],
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
+    flags, how = decide.glm5_flags(
+        model.piecewise_options(), model.glm5_auto_disabled()["disabled"]
+    )
+    if flags is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
+        return found | {"not_driven": how} | release_rules()
     with torch.no_grad():
         found["eager_release"] = eager_release(built, sm)
         found["chain"] = walk(built, sm, story)

@@ -22,6 +22,7 @@ BLOCKERS = {
     "fp4_quantize_op": "FlashInfer's FP4 quantize JIT",
     "dsa_indexer_split_op": "the DSA indexer's data-dependent branch",
     "dsa_attention_split_op": "DSA attention's topk_indices at the attention split op",
+    "musa_probe_constant": "SGLang's is_musa() import probe inside the traced forward",
 }
 """What the blocker each patch part removes is, in words."""
 
@@ -154,6 +155,10 @@ def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -
             note = f"the release refuses NVFP4 GLM-5 on SM{sm} while building it ({obstacle})"
             return {**row, "outcome": "not applicable", "note": note}
         return {**row, "outcome": "not measured", "note": obstacle}
+    if replay.get("not_driven"):
+        built = (facts.get("model_class") or "the model").split(".")[-1]
+        return {**row, "outcome": "not applicable",
+                "note": f"{how} ({built} built; its runner not driven: no option reaches it)"}  # fmt: skip
     steps = fixed.get("steps", [])
     met = [BLOCKERS[p] for p in fixed.get("parts", [])]
     last = steps[-1] if steps else {}

@@ -159,7 +159,13 @@ class Compiled:
 def failed(outcome: trace.TraceOutcome, exc: Exception) -> tuple[str, list[str]]:
     """``outcome`` filled from a compile failure (dynamo's words, SGLang's frames around the
     compile, then dynamo's real stack of the traced code); returns the cause line and SGLang's
-    frames."""
+    frames. A dynamo error SGLang re-raised as its own (0.5.2x: "Capture prefill CUDA graph
+    failed") is read from the dynamo error, SGLang's frames from both."""
+    outer = traceback.extract_tb(exc.__traceback__)
+    while not isinstance(exc, torch._dynamo.exc.TorchDynamoException) and isinstance(
+        exc.__cause__, Exception
+    ):
+        exc = exc.__cause__
     traced = isinstance(exc, torch._dynamo.exc.TorchDynamoException)  # raised while tracing
     outcome.status = "unsupported" if traced else "runtime_error"
     outcome.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
@@ -167,7 +173,8 @@ def failed(outcome: trace.TraceOutcome, exc: Exception) -> tuple[str, list[str]]
     outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = parsed
     outcome.gb_type = getattr(exc, "gb_type", None) or None
     cause = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), "")
-    found = sglang_frames(traceback.extract_tb(exc.__traceback__))
+    inner = traceback.extract_tb(exc.__traceback__)
+    found = sglang_frames(outer if inner is outer else traceback.StackSummary([*outer, *inner]))
     real = getattr(exc, "real_stack", None) or traceback.extract_tb(exc.__traceback__)
     outcome.frames = found + [f for f in frames.user_frames(real) if f not in found]
     return cause, [str(f) for f in found]

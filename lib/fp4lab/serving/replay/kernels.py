@@ -97,6 +97,21 @@ def _moe_fused_gate(x, bias, groups, topk_group, topk, shared, scaling, on_outpu
     return [weights, ids]
 
 
+def _triton_router(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_experts=0,
+                   renormalize=True, routed_scaling_factor=1.0,
+                   apply_routed_scaling_factor_on_output=False, moe_softcapping=0.0,
+                   num_expert_group=1, topk_group=1, **triton_only: Any):  # fmt: skip
+    """SGLang's Triton router (0.5.2x) by SGLang's own torch grouped top-k, for sigmoid scores."""
+    extras = [k for k, v in triton_only.items()
+              if v is not None and not (isinstance(v, (bool, int, float)) and not v)]  # fmt: skip
+    if scoring_func != "sigmoid" or not renormalize or moe_softcapping or extras:
+        raise NotImplementedError("fp4lab's router reference covers renormalized sigmoid routing "
+                                  f"only (asked: {scoring_func}, extras {extras})")  # fmt: skip
+    return _moe_fused_gate(scores, bias, num_expert_group, topk_group, topk,
+                           num_fused_shared_experts, routed_scaling_factor,
+                           apply_routed_scaling_factor_on_output)  # fmt: skip
+
+
 def _moe_fused_gate_fake(x, bias, groups, topk_group, topk, shared, scaling, on_output):
     rows = x.shape[0]
     return [x.new_empty((rows, topk), dtype=torch.float32),
@@ -270,6 +285,13 @@ def _sglang_scaled_fp4_quant(x, output, output_scale, global_scale) -> None:
     output_scale.view(torch.uint8).reshape(-1).copy_(scales.reshape(-1))
 
 
+def _hadamard(x, scale=1.0):
+    import scipy.linalg
+
+    matrix = torch.tensor(scipy.linalg.hadamard(x.shape[-1]), dtype=torch.float32)
+    return ((x.float() @ matrix) * scale).to(x.dtype)
+
+
 SGLANG_OP_KERNELS = {
     "scaled_fp4_quant": (
         _sglang_scaled_fp4_quant,
@@ -291,12 +313,23 @@ SGLANG_OP_KERNELS = {
         _rope_pos_ids,
         "SGLang's JIT rotary kernel (FlashInfer-style, by position ids): torch rotary",
     ),
+    "hadamard_transform": (
+        _hadamard,
+        "SGLang's JIT Hadamard transform (DSA indexer, an op from 0.5.2x): matmul with the "
+        "Hadamard matrix",
+    ),
 }
 """SGLang ops whose body is a CUDA kernel: the CPU kernel lent to them instead of their body."""
+
+SGLANG_OP_MODULES = ("sglang.kernels.ops.quantization.hadamard",)
+"""Where a release defines such an op in a module its model imports only when first called."""
 
 
 def sglang_op_kernels() -> list[dict]:
     """SGLANG_OP_KERNELS registered for CPU on the ops the release has (after SGLang's import)."""
+    for module in SGLANG_OP_MODULES:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(module)
     library = _LIBRARIES.setdefault("sglang", torch.library.Library("sglang", "IMPL"))
     lent = []
     for name, (kernel, why) in SGLANG_OP_KERNELS.items():
@@ -335,13 +368,6 @@ def _flashinfer_rmsnorm(x, weight, eps=1e-6, out=None, enable_pdl=None):
 
 def _flashinfer_fused_add_rmsnorm(x, residual, weight, eps=1e-6, enable_pdl=None) -> None:
     _fused_add_rmsnorm(x, residual, weight, eps, False)
-
-
-def _hadamard(x, scale=1.0):
-    import scipy.linalg
-
-    matrix = torch.tensor(scipy.linalg.hadamard(x.shape[-1]), dtype=torch.float32)
-    return ((x.float() @ matrix) * scale).to(x.dtype)
 
 
 def _act_quant(x, block_size=128, scale_fmt=None):
@@ -399,6 +425,16 @@ def _trtllm_fp4_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwarg
     return [output.zero_()]
 
 
+def _cutlass_fused_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):
+    """FlashInfer's CUTLASS fused MoE (SGLang 0.5.2x's NVFP4 MoE runner on SM120): no CPU
+    reference for its packed weight and interleaved scale layout, so the routed experts
+    contribute zero (the same in the compiled and the eager pass)."""
+    if output is None:
+        rows, hidden = kwargs["input"].shape[0], kwargs["fc2_expert_weights"].shape[1]
+        output = torch.empty(rows, hidden, dtype=kwargs.get("output_dtype") or torch.bfloat16)
+    return [output.zero_()]
+
+
 def _block_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
     """FlashInfer's NVFP4 block-scale interleave: the 128x4 layout (fp4lab's swizzle), per
     matrix of a batch."""
@@ -443,12 +479,17 @@ EAGER_ONLY = (
      "SGLang's JIT Hadamard transform (DSA indexer): matmul with the Hadamard matrix"),
     ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", _act_quant,
      "the DSA indexer's Triton FP8 block quantize: torch amax/scale"),
+    ("sglang.kernels.ops.attention.dsa.triton_kernel", "act_quant", _act_quant,
+     "the DSA indexer's Triton FP8 block quantize (its 0.5.2x home): torch amax/scale"),
     ("sglang.srt.layers.moe.cutlass_moe", "cutlass_moe_fp4", cutlass_moe_fp4,
      "sgl_kernel's CUTLASS NVFP4 MoE (prepare_moe_input, grouped FP4 GEMMs): the MoE by its "
      "definition on fp4lab's reference quantize and the dequantize-matmul GEMM"),
     ("sglang.srt.layers.moe.fused_moe_triton.layer", "trtllm_fp4_block_scale_moe",
      _trtllm_fp4_moe_zero, TRTLLM_WHY),
     ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe", _trtllm_fp4_moe_zero, TRTLLM_WHY),
+    ("flashinfer.fused_moe", "cutlass_fused_moe", _cutlass_fused_moe_zero,
+     "FlashInfer's CUTLASS NVFP4 fused MoE: no CPU reference for its packed weight layout, the "
+     "routed experts contribute zero (the MoE's numerics are not checked where this runs)"),
 )  # fmt: skip
 """(module, name, CPU kernel, why): the kernels that run only eagerly in GLM-5's PCG forward."""
 
@@ -460,6 +501,25 @@ BINDS_FLASHINFER_QUANTIZE = (
 )
 """Modules that may bind FlashInfer's ``fp4_quantize`` by name (the NVFP4 linear method, the
 FP4 MoE layer, the TRT-LLM MoE runner), depending on the release and the SM."""
+
+
+REPLACED = (
+    ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", _triton_router,
+     "SGLang's Triton MoE router (0.5.2x), traced and run: SGLang's own torch grouped top-k "
+     "(biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked here"),
+)  # fmt: skip
+"""(module, name, CPU kernel, why): kernels replaced both while traced and when run (a Triton
+launch has no CPU backend to run on, traced or not)."""
+
+
+def replaced_kernels() -> list[dict]:
+    """REPLACED installed where the release has the module and name."""
+    done = []
+    for module, name, cpu, why in REPLACED:
+        if attribute(module, name) is not None:
+            setattr(importlib.import_module(module), name, cpu)
+            done.append(record(f"{name}_replaced", f"{module}.{name}", why))
+    return done
 
 
 def eager_only_kernels() -> list[dict]:
@@ -510,6 +570,9 @@ class IndexerMetadata:
 class AttentionBackend:
     """In place of ``NativeSparseAttnBackend``: dense causal MLA attention in float32 for one
     extend batch from an empty cache (the KV cache is not written: nothing reads it back)."""
+
+    prefill_attention_backend_str = decode_attention_backend_str = None
+    """Read by DeepSeek's attention dispatch from 0.5.2x on: None selects the server's choice."""
 
     def __init__(self) -> None:
         self.calls = 0

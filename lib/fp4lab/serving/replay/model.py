@@ -34,7 +34,7 @@ from torch.overrides import TorchFunctionMode
 from fp4lab.compile import target
 from fp4lab.core import glm5
 from fp4lab.serving import read_parser
-from fp4lab.serving.replay import inside, kernels, quantize
+from fp4lab.serving.replay import inside, kernels, quantize, reworked
 
 CONFIG = {
     "architectures": [glm5.ARCHITECTURE], "model_type": "deepseek_v3", "torch_dtype": "bfloat16",
@@ -62,21 +62,15 @@ ARCHITECTURES = (glm5.ARCHITECTURE, "DeepseekV32ForCausalLM")
 GLM-5 builds on (``GlmMoeDsaForCausalLM`` subclasses ``DeepseekV2ForCausalLM`` with the same
 DSA fields); the records say which."""
 
-REWORKED = (
-    "the release's set-up was reworked: ServerArgs is no dataclass (a resolution pipeline and "
-    "runtime_context.publish set it up) and its prefill graphs run through PrefillCudaGraphRunner "
-    "with TcPiecewiseCudaGraphBackend; fp4lab drives the releases whose ModelRunner builds "
-    "PiecewiseCudaGraphRunner (0.5.3 to 0.5.1x), so this release's GLM-5 is not built here"
-)
-"""Why a release from 0.5.21 on is not measured with the real model."""
-
 TOKENS = 16
 """Prefill tokens of the runner's largest warm-up (``--piecewise-cuda-graph-max-tokens``);
 at most ``index_topk``, so the stand-in dense attention equals DSA's sparse attention."""
 
 SERVER_ARGS = {"quantization": "modelopt_fp4", "load_format": "dummy", "device": "cuda",
-               "skip_tokenizer_init": True, "piecewise_cuda_graph_max_tokens": TOKENS}  # fmt: skip
-"""What every replay passes (the model's own quantization, the dummy loader, the token cap);
+               "skip_tokenizer_init": True, "piecewise_cuda_graph_max_tokens": TOKENS,
+               reworked.TOKENS_FIELD: TOKENS}  # fmt: skip
+"""What every replay passes (the model's own quantization, the dummy loader, the token cap as
+the release spells it);
 the piecewise options are those a GLM-5 user passes to this release (``glm5_server_flags``).
 Those the release's ``ServerArgs`` lacks are left out and listed."""
 
@@ -89,6 +83,7 @@ class Built:
     server_args: Any
     model_config: Any
     host: Any = None
+    reworked: bool = False
     standins: list[dict] = field(default_factory=list)
     facts: dict = field(default_factory=dict)
     seconds: float = 0.0
@@ -101,16 +96,6 @@ def write_checkpoint(folder: Path, architecture: str) -> Path:
         json.dumps({**CONFIG, "architectures": [architecture]}, indent=1)
     )
     return folder
-
-
-def _drivable() -> None:
-    """NotImplementedError(REWORKED) where the release's set-up is the reworked one."""
-    import dataclasses
-
-    from sglang.srt.server_args import ServerArgs
-
-    if not dataclasses.is_dataclass(ServerArgs):
-        raise NotImplementedError(REWORKED)
 
 
 def _architecture() -> str:
@@ -196,24 +181,34 @@ def gpu_memory_mib(sm: tuple[int, int]) -> int:
 
 
 def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict], dict]:
-    """The release's ``ServerArgs`` with its own ``__post_init__``, for the simulated GPU."""
-    import dataclasses
-
+    """The release's ``ServerArgs`` for the simulated GPU, resolved by the release itself: its
+    ``__post_init__``, or in a reworked release its resolution pipeline as ``publish`` runs it."""
     from sglang.srt import server_args as module
 
-    fields = {f.name for f in dataclasses.fields(module.ServerArgs)}
+    fields = reworked.fields(module.ServerArgs)
     wanted = {**SERVER_ARGS, **glm5_server_flags()}
     given = {k: v for k, v in wanted.items() if k in fields}
     memory = gpu_memory_mib(sm)
-    listed = [kernels.record("gpu_memory", "sglang.srt.server_args.get_device_memory_capacity",
+    listed = [kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
-    with target.attribute_replaced(module, "get_device_memory_capacity", lambda *a: memory):
+    hook = "sglang.srt.arg_groups.memory_hook"  # where reworked releases ask
+    owners = [module, importlib.import_module(hook)] if reworked.is_reworked() else [module]
+    with contextlib.ExitStack() as stack:
+        for owner in owners:
+            if hasattr(owner, "get_device_memory_capacity"):
+                stack.enter_context(target.attribute_replaced(
+                    owner, "get_device_memory_capacity", lambda *a: memory))  # fmt: skip
         args = module.ServerArgs(model_path=str(checkpoint), **given)
-    chosen = {k: getattr(args, k, None) for k in (
-        "attention_backend", "prefill_attention_backend", "nsa_prefill_backend",
-        "moe_runner_backend", "fp4_gemm_runner_backend", "kv_cache_dtype", "page_size",
-        "disable_shared_experts_fusion", "piecewise_cuda_graph_tokens",
-        "piecewise_cuda_graph_compiler", "enable_piecewise_cuda_graph")}  # fmt: skip
+        if reworked.is_reworked():
+            reworked.publish(args)
+    if reworked.is_reworked():
+        chosen = reworked.chosen()
+    else:
+        chosen = {k: getattr(args, k, None) for k in (
+            "attention_backend", "prefill_attention_backend", "nsa_prefill_backend",
+            "moe_runner_backend", "fp4_gemm_runner_backend", "kv_cache_dtype", "page_size",
+            "disable_shared_experts_fusion", "piecewise_cuda_graph_tokens",
+            "piecewise_cuda_graph_compiler", "enable_piecewise_cuda_graph")}  # fmt: skip
     chosen["options_not_in_release"] = sorted(set(wanted) - fields)
     chosen["glm5_flags"] = {k: v for k, v in given.items() if k not in SERVER_ARGS}
     return args, listed, chosen
@@ -291,7 +286,7 @@ def host_values(built: Built) -> dict:
         "is_generation": True, "dtype": built.model_config.dtype,
         "spec_algorithm": spec.from_string(built.server_args.speculative_algorithm) if spec else None,
         "req_to_token_pool": types.SimpleNamespace(size=4),
-        "token_to_kv_pool": kernels.KVPool(built.server_args.page_size),
+        "token_to_kv_pool": kernels.KVPool(built.facts["server_args"]["page_size"]),
         "attn_backend": kernels.AttentionBackend(),
     }  # fmt: skip
 
@@ -299,9 +294,12 @@ def host_values(built: Built) -> dict:
 def host(built: Built) -> Any:
     """A ``ModelRunner`` holding ``host_values``, made without ``__init__`` (it would build KV
     pools, the real attention backend and profile GPU memory; ``runner.drive`` runs it, those
-    steps stood in for, where the release builds its piecewise runner there)."""
+    steps stood in for, where the release builds its piecewise runner there); in a reworked
+    release with what its own set-up steps compute (``reworked.host``)."""
     from sglang.srt.model_executor.model_runner import ModelRunner
 
+    if built.reworked:
+        return reworked.host(host_values(built))
     runner = ModelRunner.__new__(ModelRunner)
     for name, value in host_values(built).items():
         setattr(runner, name, value)
@@ -312,11 +310,12 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     """The release's GLM-5 for a GPU of ``sm``, with its runner host; see the module docstring."""
     started = time.perf_counter()
     standins = _cudart()
+    rework = reworked.is_reworked()
     with inside.simulated_gpu(sm) as patched, inside.absent_kernel_fakes_skipped():
         standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
+        standins += reworked.deep_gemm_standin(132) if rework else []
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()
-        _drivable()
         architecture = _architecture()
         server_args, listed, backends = _server_args(write_checkpoint(checkpoint, architecture), sm)
         standins += listed
@@ -325,23 +324,32 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
             from sglang.srt.configs.load_config import LoadConfig
             from sglang.srt.configs.model_config import ModelConfig
             from sglang.srt.model_loader import get_model_loader
-            from sglang.srt.server_args import set_global_server_args_for_scheduler
 
-            standins += listed + _deep_gemm_sms(132) + kernels.load_time_kernels()
-            set_global_server_args_for_scheduler(server_args)
+            standins += listed + kernels.load_time_kernels()
+            standins += [] if rework else _deep_gemm_sms(132)
             model_config = ModelConfig.from_server_args(server_args)
-            _distributed(server_args, model_config)
+            if rework:
+                reworked.distributed(server_args, model_config)
+            else:
+                from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+                set_global_server_args_for_scheduler(server_args)
+                _distributed(server_args, model_config)
             loader = get_model_loader(LoadConfig(load_format="dummy"), model_config)
             model = loader.load_model(
                 model_config=model_config, device_config=DeviceConfig("cpu", 0)
             )
+    # dynamo's table of torch functions (cleared by init_process_group, then built by name on the
+    # next trace) is rebuilt now, from torch's own functions, not from stand-ins active then
+    torch._dynamo.trace_rules.clear_lru_cache()
+    torch._dynamo.trace_rules.get_torch_obj_rule_map()
     kernels.fakes_where_missing()
     standins += kernels.sglang_op_kernels() + kernels.eager_only_kernels()
-    standins += [kernels.ATTENTION, kernels.KV_POOL]
+    standins += [*kernels.replaced_kernels(), kernels.ATTENTION, kernels.KV_POOL]
     facts = {**_facts(model), "architecture": architecture, "loader": type(loader).__name__,
              "server_args": backends,
              "simulated_gpu": patched, "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip
-    built = Built(model, server_args, model_config, standins=standins, facts=facts)
+    built = Built(model, server_args, model_config, reworked=rework, standins=standins, facts=facts)
     built.host = host(built)
     built.seconds = time.perf_counter() - started
     return built

@@ -11,7 +11,10 @@ Each part removes one blocker the replay met on the way to a compiled GLM-5 (``P
   is made to cut each graph at the split ops the parts add (its ``split_graph``);
 * ``dsa_attention_split_op``: DSA attention with its ``topk_indices`` goes through a split op
   whose schema carries them (the release's ``unified_attention_with_output`` has no such
-  argument).
+  argument);
+* ``musa_probe_constant``: SGLang's ``is_musa()`` (0.5.2x calls it inside the traced forward; it
+  tries ``import torchada``, a failing import dynamo cannot trace) answers its value as a constant
+  (``torch._dynamo.assume_constant_result``), rebound wherever SGLang's modules bind it.
 
 The module applies each part when the SGLang module it patches is imported (a meta-path hook),
 or at once where it is imported already; a ``.pth`` line makes every Python process of the
@@ -23,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-PARTS = ("fp4_quantize_op", "dsa_indexer_split_op", "dsa_attention_split_op")
+PARTS = ("fp4_quantize_op", "dsa_indexer_split_op", "dsa_attention_split_op", "musa_probe_constant")
 """Every part a patch can hold, in the order the replay meets their blockers."""
 
 HEADER = '''"""{title}
@@ -221,6 +224,28 @@ _ADDED_SPLIT_OPS.append("fp4lab_patch.dsa_attention_with_output")
 _after_import("{attention}", _route_dsa_attention)
 """
 
+MUSA_PROBE_CONSTANT = """
+
+# musa_probe_constant: SGLang's is_musa() as a constant dynamo takes without tracing its import.
+_IS_MUSA = {{}}
+
+
+@torch._dynamo.assume_constant_result
+def _is_musa():
+    return _IS_MUSA["value"]
+
+
+def _constant_is_musa(module):
+    probe = module.is_musa
+    _IS_MUSA["value"] = bool(probe())
+    for loaded in list(sys.modules.values()):
+        if getattr(loaded, "is_musa", None) is probe:
+            loaded.is_musa = _is_musa
+
+
+_after_import("{common}", _constant_is_musa)
+"""
+
 SPLIT_HELPER = """
 
 # The split ops the parts below add: SGLang's backend cuts each dynamo graph at them too.
@@ -243,6 +268,7 @@ TEMPLATES = {
     "fp4_quantize_op": FP4_QUANTIZE_OP,
     "dsa_indexer_split_op": DSA_INDEXER_SPLIT_OP,
     "dsa_attention_split_op": DSA_ATTENTION_SPLIT_OP,
+    "musa_probe_constant": MUSA_PROBE_CONSTANT,
 }
 
 SPLIT_OPS = {"dsa_indexer_split_op": "fp4lab_patch.dsa_indexer",
@@ -255,6 +281,8 @@ DESCRIBE = {
     "dsa_indexer_split_op": "the DSA indexer as the split op fp4lab_patch.dsa_indexer",
     "dsa_attention_split_op": "DSA attention with topk_indices as the split op "
     "fp4lab_patch.dsa_attention_with_output",
+    "musa_probe_constant": "SGLang's is_musa() as a constant for dynamo, rebound in every "
+    "module that binds {common}.is_musa",
 }
 
 WHERE = {
@@ -263,6 +291,7 @@ WHERE = {
     "backend": "sglang.srt.compilation.backend",
     "indexer": "sglang.srt.layers.attention.nsa.nsa_indexer",
     "attention": "sglang.srt.layers.radix_attention",
+    "common": "sglang.srt.utils.common",
 }
 """The SGLang modules the DSA parts patch (0.5.3 to 0.5.1x; the module names are checked
 inside the release before a part is written)."""

@@ -32,7 +32,8 @@ from typing import Any
 import torch
 
 from fp4lab.compile import fix, target, trace
-from fp4lab.serving.replay import inside, kernels, model
+from fp4lab.compile.audit import simulation
+from fp4lab.serving.replay import inside, kernels, model, reworked
 
 RUNNER = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
 LOGGER = "sglang.srt.model_executor.model_runner"
@@ -152,7 +153,9 @@ def _config_split_ops() -> list[str]:
 
 def standins(built: model.Built) -> list[dict]:
     """The stand-ins of every pass: the capture, the pool handle and, where ``__init__`` is the
-    entry, ``INIT_STANDINS``."""
+    entry, ``INIT_STANDINS``; in a reworked release its own (``reworked``)."""
+    if built.reworked:
+        return [reworked.CAPTURE, POOL, reworked.DEVICE, *reworked.HOST_STANDINS]
     init = [] if hasattr(built.host, "init_piecewise_cuda_graphs") else list(INIT_STANDINS)
     return [CAPTURE, POOL, *init]
 
@@ -201,50 +204,80 @@ def logged(name: str) -> Iterator[list[str]]:
 
 
 def declined_reason(lines: list[str]) -> str | None:
-    """The last logged line about piecewise CUDA graphs: why the release built no runner."""
-    return next((line for line in reversed(lines) if "piecewise" in line.lower()), None)
+    """The last logged line about piecewise (or prefill) CUDA graphs: why the release built no
+    runner."""
+    words = ("piecewise", "prefill cuda graph")
+    return next((line for line in reversed(lines) if any(w in line.lower() for w in words)), None)
+
+
+def _built_runner(built: model.Built) -> Any:
+    """The piecewise runner the release built on the host, or None (a reworked release that
+    declines routes prefill to its ``EagerRunner``)."""
+    if not built.reworked:
+        return built.host.piecewise_cuda_graph_runner
+    found = getattr(built.host, "prefill_cuda_graph_runner", None)
+    return found if type(found).__name__ == "PrefillCudaGraphRunner" else None
+
+
+@contextlib.contextmanager
+def _entered(built: model.Built, sm: tuple[int, int], eager: bool) -> Iterator[Any]:
+    """The release's piecewise set-up made runnable here; yields the call that runs it."""
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(target.attribute_replaced(torch.cpu, "graph_pool_handle", object))
+        if built.reworked:
+            stack.enter_context(simulation.simulated_cuda(sm))
+            yield stack.enter_context(reworked.driven(eager))
+            return
+        pcgr = __import__(RUNNER, fromlist=["PiecewiseCudaGraphRunner"])
+        stack.enter_context(target.attribute_replaced(pcgr.PiecewiseCudaGraphRunner, "capture",
+                                                      lambda self: None))  # fmt: skip
+        stack.enter_context(kernels.device_queries(sm))
+        if eager:
+            stack.enter_context(target.attribute_replaced(pcgr, "install_torch_compiled",
+                                                          lambda module, **kwargs: module))  # fmt: skip
+        entry = getattr(built.host, "init_piecewise_cuda_graphs", None)
+        yield (
+            (lambda host: entry()) if entry is not None else (lambda host: _release_init(built, sm))
+        )
 
 
 def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Run:
     """The release's piecewise set-up on ``built`` (see the module docstring); never raises for
     a compile failure."""
-    pcgr = __import__(RUNNER, fromlist=["PiecewiseCudaGraphRunner"])
     torch._dynamo.reset()
     language = getattr(built.model, "language_model", built.model)
     language.model.__dict__.pop("forward", None)  # an earlier pass's trampoline
-    built.host.piecewise_cuda_graph_runner = None
+    built.host.piecewise_cuda_graph_runner = built.host.prefill_cuda_graph_runner = None
     outcome = trace.TraceOutcome(status="compiled", fullgraph=True, backend="sglang", seconds=0.0)
     before, cause, found = inside.counter(), "", []
-    entry = getattr(built.host, "init_piecewise_cuda_graphs", None)
+    if built.reworked:
+        name, contexts = reworked.ENTRY, [reworked.RUNNER + ".PrefillCudaGraphRunner.__init__"]
+    else:
+        has_entry = hasattr(built.host, "init_piecewise_cuda_graphs")
+        name, contexts = (
+            ENTRY if has_entry else INIT,
+            [RUNNER + ".PiecewiseCudaGraphRunner.__init__"],
+        )
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        stack.enter_context(target.attribute_replaced(pcgr.PiecewiseCudaGraphRunner, "capture",
-                                                      lambda self: None))  # fmt: skip
-        stack.enter_context(target.attribute_replaced(torch.cpu, "graph_pool_handle", object))
-        stack.enter_context(kernels.device_queries(sm))
-        if eager:
-            stack.enter_context(target.attribute_replaced(pcgr, "install_torch_compiled",
-                                                          lambda module, **kwargs: module))  # fmt: skip
+        run = stack.enter_context(_entered(built, sm, eager))
         graphs = stack.enter_context(_observed_graphs())
-        lines = stack.enter_context(logged(LOGGER))
+        lines = stack.enter_context(logged("sglang"))
         try:
-            if entry is not None:
-                entry()
-            else:
-                _release_init(built, sm)
+            run(built.host)
         except Exception as exc:  # a compile failure is what is measured
             cause, found = inside.failed(outcome, exc)
-    if outcome.status == "compiled" and built.host.piecewise_cuda_graph_runner is None:
+    built_runner = _built_runner(built)
+    if outcome.status == "compiled" and built_runner is None:
         outcome.status, outcome.message = "declined", declined_reason(lines)
     outcome.seconds = time.perf_counter() - started
     after = inside.counter()
     counts = {k: after[k] - before[k] for k in after}
     if outcome.status == "compiled":
         outcome.graph_count, outcome.graph_break_count = counts["num_graphs_seen"], 0
-    compiled = inside.Compiled(outcome, counts, _config_split_ops(),
-                               [RUNNER + ".PiecewiseCudaGraphRunner.__init__"], found, cause,
-                               entry=ENTRY if entry is not None else INIT)  # fmt: skip
-    return Run(compiled, graphs, eager, built.host.piecewise_cuda_graph_runner)
+    compiled = inside.Compiled(outcome, counts, _config_split_ops(), contexts, found, cause,
+                               entry=name)  # fmt: skip
+    return Run(compiled, graphs, eager, built_runner)
 
 
 CONTEXTS = (
@@ -279,7 +312,11 @@ def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | No
         0, model.CONFIG["vocab_size"], (tokens,), generator=generator
     )
     buffers.positions[:tokens] = torch.arange(tokens)
-    warmup = getattr(runner, "warmup_torch_compile", None) or runner.warmup_compile
+    warmup = getattr(runner, "warmup_torch_compile", None) or getattr(
+        runner, "warmup_compile", None
+    )
+    if warmup is None:
+        return None, None, "the release's runner has no compile warm-up to compare logits through"
     top = runner.model_runner.model
     kept: list[Any] = []
 
