@@ -221,6 +221,9 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
 def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -> dict:
     """Everything measured for the release on ``sm`` (see the module docstring)."""
     os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
+    os.environ.setdefault(
+        "SGLANG_JIT_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang" / "jit")
+    )
     probe.machine()  # probed before torch is made to claim a GPU
     found: dict[str, Any] = {}
     try:
