@@ -73,6 +73,9 @@ def _release_clause(version: str, mine: list[dict]) -> str:
     for r in mine:
         if r["outcome"] == "blocked":
             fix = "+".join(r["patch"]) if r["compiles_with_patch"] else "none found"
+            if r["patch"] and not r["compiles_with_patch"]:
+                then = r["blockers"][-1].split(": ")[0]  # the frame of the blocker left
+                fix = f"{'+'.join(r['patch'])} not enough, then blocked at {then}"
             same = ", equals eager" if r["equals_eager"] else ""
             moe = f"; MoE behind {r['moe_op']}" if r.get("moe_op") else ""
             parts.append(f"SM{r['sm']} blocked at {r['blocked_at']} (patch {fix}{same}{moe})")
@@ -95,13 +98,20 @@ def _sglang_line() -> str:
         _release_clause(version, [r for r in decisions if r["sglang_version"] == version])
         for version in dict.fromkeys(r["sglang_version"] for r in decisions)
     ]
-    tail = (
+    fp4 = (
         " The FP4 quantize JIT blocker was met on SM120 only, in SGLang 0.5.9-0.5.11 (FlashInfer's "
-        "fp4_quantize bound directly there; 0.5.12 wraps it as sglang::flashinfer_fp4_quantize), "
-        "but GLM-5's piecewise compile meets its sparse attention (DSA) on every NVFP4-capable SM "
-        "the replay drove; fp4lab's patch makes each compile to the expected pieces and equal "
-        "eager in the CPU replay."
+        "fp4_quantize bound directly there; 0.5.12 wraps it as sglang::flashinfer_fp4_quantize)."
         if v.get("sm120_specific_0_5_9")
+        else ""
+    )
+    blocked = [r for r in decisions if r["outcome"] == "blocked"]
+    fixed = [r for r in blocked if r["compiles_with_patch"] and r["equals_eager"]]
+    unfixed = [f"{r['sglang_version']} SM{r['sm']}" for r in blocked if r not in fixed]
+    tail = fp4 + (
+        f" fp4lab's patch makes {len(fixed)} of the {len(blocked)} blocked release x SM compile "
+        "to the expected pieces and equal eager in the CPU replay"
+        + (f"; {', '.join(unfixed)} meet a blocker it has no part for." if unfixed else ".")
+        if blocked
         else ""
     )
     return (
