@@ -285,6 +285,18 @@ def _sglang_scaled_fp4_quant(x, output, output_scale, global_scale) -> None:
     output_scale.view(torch.uint8).reshape(-1).copy_(scales.reshape(-1))
 
 
+def _marlin_repack_shape(b_q_weight, perm, size_k, size_n, num_bits):
+    """Marlin's weight repack (a CUDA JIT kernel) by shape only: the Marlin GEMM that reads the
+    repacked weight is stood in for as well (``_marlin_linear_zero``)."""
+    return torch.zeros((size_k // 16, size_n * 16 // (32 // num_bits)), dtype=b_q_weight.dtype)
+
+
+def _marlin_linear_zero(input, weight, weight_scale, weight_global_scale, workspace, size_n,
+                        size_k, bias=None, use_fp32_reduce=False):  # fmt: skip
+    """SGLang's NVFP4 Marlin linear (Hopper's NVFP4 path from 0.5.2x): zeros of its shape."""
+    return input.new_zeros((*input.shape[:-1], size_n))
+
+
 def _hadamard(x, scale=1.0):
     import scipy.linalg
 
@@ -312,6 +324,11 @@ SGLANG_OP_KERNELS = {
     "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (
         _rope_pos_ids,
         "SGLang's JIT rotary kernel (FlashInfer-style, by position ids): torch rotary",
+    ),
+    "apply_fp4_marlin_linear": (
+        _marlin_linear_zero,
+        "SGLang's NVFP4 Marlin GEMM (Hopper, 0.5.2x): no CPU reference for Marlin's repacked "
+        "layout, so zeros of its shape (the linear layers' numerics are not checked on SM90)",
     ),
     "hadamard_transform": (
         _hadamard,
@@ -449,6 +466,9 @@ LOAD_TIME = (
      "calls at load time: fp4lab's 128x4 swizzle"),
     ("flashinfer", "block_scale_interleave", _block_scale_interleave,
      "FlashInfer's JIT block-scale interleave (its older name, the same call): fp4lab's swizzle"),
+    ("sglang.srt.layers.quantization.marlin_utils_fp4", "gptq_marlin_repack", _marlin_repack_shape,
+     "Marlin's JIT weight repack (NVFP4 on Hopper, 0.5.2x): a tensor of the repacked shape; the "
+     "Marlin GEMM reading it is stood in for too"),
 )  # fmt: skip
 """(module, name, CPU kernel, why): kernels the model's weight preparation calls on load."""
 
@@ -503,10 +523,25 @@ BINDS_FLASHINFER_QUANTIZE = (
 FP4 MoE layer, the TRT-LLM MoE runner), depending on the release and the SM."""
 
 
+def _marlin_workspace(device: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return torch.zeros(132 * 4, dtype=torch.int32)
+
+
+def _marlin_moe_zero(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """SGLang's fused Marlin MoE (NVFP4 MoE on Hopper, 0.5.2x): the routed experts contribute
+    zero (no CPU reference for Marlin's repacked layout)."""
+    return torch.zeros_like(hidden_states)
+
+
 REPLACED = (
     ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", _triton_router,
      "SGLang's Triton MoE router (0.5.2x), traced and run: SGLang's own torch grouped top-k "
      "(biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked here"),
+    ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", _marlin_workspace,
+     "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
+    ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",
+     _marlin_moe_zero, "SGLang's fused Marlin NVFP4 MoE (Hopper, 0.5.2x, inside SGLang's MoE op): "
+     "the routed experts contribute zero (the MoE's numerics are not checked on SM90)"),
 )  # fmt: skip
 """(module, name, CPU kernel, why): kernels replaced both while traced and when run (a Triton
 launch has no CPU backend to run on, traced or not)."""
