@@ -62,6 +62,7 @@ def measure_version(version: str, sms: list[str], cuda_home: list[str],
     def shown(one: venvs.Child, found: dict) -> None:
         fixed = found.get("fix", {})
         what = found.get("error") or found.get("build_error") or (
+            f"runner not driven: {found['not_driven']}" if found.get("not_driven") else
             f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
         progress(f"  {one.label}: {what}")
 
