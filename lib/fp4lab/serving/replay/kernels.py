@@ -473,14 +473,20 @@ LOAD_TIME = (
 """(module, name, CPU kernel, why): kernels the model's weight preparation calls on load."""
 
 
-def load_time_kernels() -> list[dict]:
-    """LOAD_TIME installed where the release has the module and name (before the model loads)."""
+def _installed(table: tuple, suffix: str) -> list[dict]:
+    """Each (module, name, CPU kernel, why) of ``table`` set where the release has the module and
+    name; the records, named ``<name>_<suffix>``."""
     done = []
-    for module, name, cpu, why in LOAD_TIME:
+    for module, name, cpu, why in table:
         if attribute(module, name) is not None:
             setattr(importlib.import_module(module), name, cpu)
-            done.append(record(f"{name}_load_time", f"{module}.{name}", why))
+            done.append(record(f"{name}_{suffix}", f"{module}.{name}", why))
     return done
+
+
+def load_time_kernels() -> list[dict]:
+    """LOAD_TIME installed where the release has the module and name (before the model loads)."""
+    return _installed(LOAD_TIME, "load_time")
 
 
 TRTLLM_WHY = ("FlashInfer's TRT-LLM FP4 MoE kernel: no CPU reference for its shuffled weight "
@@ -549,12 +555,7 @@ launch has no CPU backend to run on, traced or not)."""
 
 def replaced_kernels() -> list[dict]:
     """REPLACED installed where the release has the module and name."""
-    done = []
-    for module, name, cpu, why in REPLACED:
-        if attribute(module, name) is not None:
-            setattr(importlib.import_module(module), name, cpu)
-            done.append(record(f"{name}_replaced", f"{module}.{name}", why))
-    return done
+    return _installed(REPLACED, "replaced")
 
 
 def eager_only_kernels() -> list[dict]:
