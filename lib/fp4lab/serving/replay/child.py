@@ -241,20 +241,20 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
             for f in found["build_frames"][-2:]
         )
         return found | release_rules()
-    found |= {"facts": built.facts, "standins": [*built.standins, *runner.standins(built)],
+    found |= {"facts": built.facts, "standins": built.standins,
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
     flags, how = decide.glm5_flags(
         model.piecewise_options(), model.glm5_auto_disabled()["disabled"]
     )
     if flags is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
         return found | {"not_driven": how} | release_rules()
+    found["standins"] = [*built.standins, *runner.standins(built)]
     with torch.no_grad():
         found["eager_release"] = eager_release(built, sm)
         found["chain"] = walk(built, sm, story)
         if story:
             found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
         found["fix"] = fix_walk(built, sm, _version(), out)
-    found["standins"].append(runner.EAGER)
     return found | release_rules()
 
 

@@ -175,6 +175,6 @@ def failed(outcome: trace.TraceOutcome, exc: Exception) -> tuple[str, list[str]]
     cause = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), "")
     inner = traceback.extract_tb(exc.__traceback__)
     found = sglang_frames(outer if inner is outer else traceback.StackSummary([*outer, *inner]))
-    real = getattr(exc, "real_stack", None) or traceback.extract_tb(exc.__traceback__)
+    real = getattr(exc, "real_stack", None) or inner
     outcome.frames = found + [f for f in frames.user_frames(real) if f not in found]
     return cause, [str(f) for f in found]

@@ -180,7 +180,9 @@ def gpu_memory_mib(sm: tuple[int, int]) -> int:
     return {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
 
 
-def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict], dict]:
+def _server_args(
+    checkpoint: Path, sm: tuple[int, int], rework: bool
+) -> tuple[Any, list[dict], dict]:
     """The release's ``ServerArgs`` for the simulated GPU, resolved by the release itself: its
     ``__post_init__``, or in a reworked release its resolution pipeline as ``publish`` runs it."""
     from sglang.srt import server_args as module
@@ -192,16 +194,16 @@ def _server_args(checkpoint: Path, sm: tuple[int, int]) -> tuple[Any, list[dict]
     listed = [kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
     hook = "sglang.srt.arg_groups.memory_hook"  # where reworked releases ask
-    owners = [module, importlib.import_module(hook)] if reworked.is_reworked() else [module]
+    owners = [module, importlib.import_module(hook)] if rework else [module]
     with contextlib.ExitStack() as stack:
         for owner in owners:
             if hasattr(owner, "get_device_memory_capacity"):
                 stack.enter_context(target.attribute_replaced(
                     owner, "get_device_memory_capacity", lambda *a: memory))  # fmt: skip
         args = module.ServerArgs(model_path=str(checkpoint), **given)
-        if reworked.is_reworked():
+        if rework:
             reworked.publish(args)
-    if reworked.is_reworked():
+    if rework:
         chosen = reworked.chosen()
     else:
         chosen = {k: getattr(args, k, None) for k in (
@@ -317,7 +319,9 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()
         architecture = _architecture()
-        server_args, listed, backends = _server_args(write_checkpoint(checkpoint, architecture), sm)
+        server_args, listed, backends = _server_args(
+            write_checkpoint(checkpoint, architecture), sm, rework
+        )
         standins += listed
         with _setup_standins(sm) as listed:
             from sglang.srt.configs.device_config import DeviceConfig

@@ -117,7 +117,6 @@ def chosen() -> dict:
         ("get_schedule", ("page_size",)),
         ("get_attention", ("attention_backend", "prefill_attention_backend",
                            "decode_attention_backend", "dsa_prefill_backend", "dsa_decode_backend")),
-        ("get_exec", ()),
     ):  # fmt: skip
         bag = getattr(context, getter, None)
         for name in names:

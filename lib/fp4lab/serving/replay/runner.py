@@ -152,12 +152,12 @@ def _config_split_ops() -> list[str]:
 
 
 def standins(built: model.Built) -> list[dict]:
-    """The stand-ins of every pass: the capture, the pool handle and, where ``__init__`` is the
-    entry, ``INIT_STANDINS``; in a reworked release its own (``reworked``)."""
+    """The stand-ins of every pass: the capture, the pool handle, the eager pass's and, where
+    ``__init__`` is the entry, ``INIT_STANDINS``; in a reworked release its own (``reworked``)."""
     if built.reworked:
-        return [reworked.CAPTURE, POOL, reworked.DEVICE, *reworked.HOST_STANDINS]
+        return [reworked.CAPTURE, POOL, reworked.DEVICE, *reworked.HOST_STANDINS, reworked.EAGER]
     init = [] if hasattr(built.host, "init_piecewise_cuda_graphs") else list(INIT_STANDINS)
-    return [CAPTURE, POOL, *init]
+    return [CAPTURE, POOL, *init, EAGER]
 
 
 def _release_init(built: model.Built, sm: tuple[int, int]) -> None:
@@ -220,13 +220,15 @@ def _built_runner(built: model.Built) -> Any:
 
 
 @contextlib.contextmanager
-def _entered(built: model.Built, sm: tuple[int, int], eager: bool) -> Iterator[Any]:
-    """The release's piecewise set-up made runnable here; yields the call that runs it."""
+def _entered(built: model.Built, sm: tuple[int, int], eager: bool) -> Iterator[tuple]:
+    """The release's piecewise set-up made runnable here; yields the call that runs it, the
+    entry's name and the contexts its runner compiles in."""
     with contextlib.ExitStack() as stack:
         stack.enter_context(target.attribute_replaced(torch.cpu, "graph_pool_handle", object))
         if built.reworked:
             stack.enter_context(simulation.simulated_cuda(sm))
-            yield stack.enter_context(reworked.driven(eager))
+            run = stack.enter_context(reworked.driven(eager))
+            yield run, reworked.ENTRY, [reworked.RUNNER + ".PrefillCudaGraphRunner.__init__"]
             return
         pcgr = __import__(RUNNER, fromlist=["PiecewiseCudaGraphRunner"])
         stack.enter_context(target.attribute_replaced(pcgr.PiecewiseCudaGraphRunner, "capture",
@@ -235,10 +237,12 @@ def _entered(built: model.Built, sm: tuple[int, int], eager: bool) -> Iterator[A
         if eager:
             stack.enter_context(target.attribute_replaced(pcgr, "install_torch_compiled",
                                                           lambda module, **kwargs: module))  # fmt: skip
+        contexts = [RUNNER + ".PiecewiseCudaGraphRunner.__init__"]
         entry = getattr(built.host, "init_piecewise_cuda_graphs", None)
-        yield (
-            (lambda host: entry()) if entry is not None else (lambda host: _release_init(built, sm))
-        )
+        if entry is not None:
+            yield (lambda host: entry()), ENTRY, contexts
+        else:
+            yield (lambda host: _release_init(built, sm)), INIT, contexts
 
 
 def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Run:
@@ -250,17 +254,9 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
     built.host.piecewise_cuda_graph_runner = built.host.prefill_cuda_graph_runner = None
     outcome = trace.TraceOutcome(status="compiled", fullgraph=True, backend="sglang", seconds=0.0)
     before, cause, found = inside.counter(), "", []
-    if built.reworked:
-        name, contexts = reworked.ENTRY, [reworked.RUNNER + ".PrefillCudaGraphRunner.__init__"]
-    else:
-        has_entry = hasattr(built.host, "init_piecewise_cuda_graphs")
-        name, contexts = (
-            ENTRY if has_entry else INIT,
-            [RUNNER + ".PiecewiseCudaGraphRunner.__init__"],
-        )
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        run = stack.enter_context(_entered(built, sm, eager))
+        run, name, contexts = stack.enter_context(_entered(built, sm, eager))
         graphs = stack.enter_context(_observed_graphs())
         lines = stack.enter_context(logged("sglang"))
         try:
