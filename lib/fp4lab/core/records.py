@@ -16,7 +16,9 @@ import datetime as dt
 import fcntl
 import functools
 import json
+import math
 import os
+import re
 import subprocess
 import uuid
 from pathlib import Path
@@ -93,6 +95,33 @@ def _jsonable(value: object) -> object:
     raise TypeError(f"cannot record a value of type {type(value).__name__}")
 
 
+SITE_PACKAGES = re.compile(r"(?:/[^\s'\"():]+)*/(?:site|dist)-packages/")
+"""An installed package's folder, up to and including ``site-packages/``."""
+
+
+def portable(value: object, where: str = "", non_finite: dict | None = None) -> object:
+    """``value`` as strict JSON that names no folder of this machine: NaN and infinities become
+    null (each noted in ``non_finite``, by its place, as ``NaN``, ``Infinity`` or
+    ``-Infinity``); in strings, an installed package's path is written from its package root,
+    and paths in the build folder or the repository relative to the repository."""
+    if isinstance(value, float) and not math.isfinite(value):
+        if non_finite is not None:
+            non_finite[where] = (
+                "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
+            )
+        return None
+    if isinstance(value, str):
+        value = SITE_PACKAGES.sub("", value)
+        for root, said in ((paths.build_dir(), "build"), (paths.REPO_ROOT, ".")):
+            value = value.replace(f"{root}/", f"{said}/").replace(str(root), said)
+        return value.replace("./build/", "build/")
+    if isinstance(value, dict):
+        return {k: portable(v, f"{where}.{k}".lstrip("."), non_finite) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v, f"{where}[{i}]", non_finite) for i, v in enumerate(value)]
+    return value
+
+
 def append(
     notebook: str,
     kind: str,
@@ -111,7 +140,11 @@ def append(
         "params": params or {},
         "provenance": provenance(target, packages),
     }
-    line = (json.dumps(record, default=_jsonable, sort_keys=True) + "\n").encode()
+    non_finite: dict[str, str] = {}
+    record = portable(json.loads(json.dumps(record, default=_jsonable)), "", non_finite)
+    if non_finite:  # null written in their place; the record says what they were
+        record["non_finite"] = non_finite
+    line = (json.dumps(record, sort_keys=True, allow_nan=False) + "\n").encode()
     path = paths.data_dir() / f"{notebook}.jsonl"
     path.parent.mkdir(parents=True, exist_ok=True)
     fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)

@@ -137,10 +137,23 @@ def answer() -> str:
         f"**Was piecewise CUDA graphs really blocked?** As the story compiled it: {said(story)}. "
         f"With a custom op around the quantize: {said(custom_op)}. In FlashInfer's own releases: "
         f"{said(flashinfer)}. In SGLang's releases: {said(sglang)}.\n\n"
+        f"{sglang_per_sm()}"
         f"**What the alternatives are worth.** {alternatives}.\n\n"
         "Each verdict claims no more than its evidence column: *trace* means dynamo traced the "
         "code and nothing ran; *simulated target* means the Blackwell SM was made up on a CPU."
     )
+
+
+def sglang_per_sm() -> str:
+    """GLM-5 through SGLang's releases, one sentence per SM (runs of releases, the first that
+    compiles, any that stops again, what to run), from notebook 11's summary; '' before a run
+    that recorded a timeline."""
+    found = of_kind(records.latest("11_sglang_piecewise_replay"), "summary")
+    timeline = found[-1]["values"].get("timeline") if found else None
+    if not timeline:
+        return ""
+    lines = "\n".join(f"- {t['sentence']}" for t in timeline.values())
+    return f"**GLM-5 through SGLang's releases, per SM** (trace on a simulated target):\n{lines}\n\n"
 
 
 def provenance_table() -> pd.DataFrame:

@@ -67,57 +67,29 @@ def _matrix_line() -> str:
     )
 
 
-def _release_clause(version: str, mine: list[dict]) -> str:
-    """One release of notebook 11 in a few words: the flag, each SM's outcome, patch and MoE op."""
-    parts = []
-    for r in mine:
-        if r["outcome"] == "blocked":
-            fix = "+".join(r["patch"]) if r["compiles_with_patch"] else "none found"
-            if r["patch"] and not r["compiles_with_patch"]:
-                then = r["blockers"][-1].split(": ")[0]  # the frame of the blocker left
-                fix = f"{'+'.join(r['patch'])} not enough, then blocked at {then}"
-            same = ", equals eager" if r["equals_eager"] else ""
-            moe = f"; MoE behind {r['moe_op']}" if r.get("moe_op") else ""
-            parts.append(f"SM{r['sm']} blocked at {r['blocked_at']} (patch {fix}{same}{moe})")
-        elif r["outcome"] == "compiles":
-            parts.append(f"SM{r['sm']} compiles")
-        else:
-            parts.append(f"SM{r['sm']} {r['outcome']}")
-    levels = sorted({e for r in mine for e in r["evidence"]})
-    return (f"{version} (`{mine[0]['flag']}`): {', '.join(parts)}"
-            + (f" [{', '.join(levels)}]" if levels else ""))  # fmt: skip
-
-
 def _sglang_line() -> str:
     rows = _latest("11_sglang_piecewise_replay", "summary")
     if not rows:
         return "- GLM-5 in SGLang's piecewise runner: not measured at this commit."
     v = rows[-1]["values"]
     decisions = [r["values"] for r in _latest("11_sglang_piecewise_replay", "decision")]
-    releases = [
-        _release_clause(version, [r for r in decisions if r["sglang_version"] == version])
-        for version in dict.fromkeys(r["sglang_version"] for r in decisions)
-    ]
-    fp4 = (
-        " The FP4 quantize JIT blocker was met on SM120 only, in SGLang 0.5.9-0.5.11 (FlashInfer's "
-        "fp4_quantize bound directly there; 0.5.12 wraps it as sglang::flashinfer_fp4_quantize)."
-        if v.get("sm120_specific_0_5_9")
-        else ""
-    )
+    per_sm = " ".join(t["sentence"] for t in (v.get("timeline") or {}).values())
     blocked = [r for r in decisions if r["outcome"] == "blocked"]
     fixed = [r for r in blocked if r["compiles_with_patch"] and r["equals_eager"]]
     unfixed = [f"{r['sglang_version']} SM{r['sm']}" for r in blocked if r not in fixed]
-    tail = fp4 + (
+    patch = (
         f" fp4lab's patch makes {len(fixed)} of the {len(blocked)} blocked release x SM compile "
-        "to the expected pieces and equal eager in the CPU replay"
+        "and equal eager in the CPU replay"
         + (f"; {', '.join(unfixed)} meet a blocker it has no part for." if unfixed else ".")
         if blocked
         else ""
     )
+    harness = v.get("not_measured_harness") or {}
+    apart = (f" Not measured, fp4lab's harness failed: {', '.join(harness)}." if harness
+             else "")  # fmt: skip
     return (
-        f"- GLM-5 in SGLang's piecewise runner: **{v['verdict']}**, {v['number']} (on "
-        f"{_where(rows[-1])}). Per release (the flag a GLM-5 user needs): {'; '.join(releases)}."
-        f"{tail}"
+        f"- GLM-5 in SGLang's piecewise runner, every release x SM: **{v['verdict']}**, "
+        f"{v['number']} (on {_where(rows[-1])}). {per_sm}{patch}{apart}"
     )
 
 

@@ -26,6 +26,7 @@ import json
 import os
 import platform
 import sys
+import traceback
 import warnings
 from collections.abc import Iterator
 from pathlib import Path
@@ -33,7 +34,7 @@ from typing import Any
 
 import torch
 
-from fp4lab.compile import fix, stages, target
+from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, paths, probe
 from fp4lab.serving.replay import decide, model, patch, quantize, runner
 
@@ -41,6 +42,9 @@ KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "s
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
         "exception", "status", "graph_count", "cause", "graph_custom_ops", "split_op_calls",
         "expected_pieces", "cut_pieces", "split_ops_used", "eager")  # fmt: skip
+
+INDEXER_FILES = ("nsa_indexer.py", "dsa_indexer.py")
+"""The DSA indexer's file in each layout (``layout.DSA_HOMES``)."""
 
 FP4_REFERENCE = "fp4lab reference (CPU kernel lent to fp4lab_patch::fp4_quantize)"
 
@@ -65,19 +69,19 @@ def part_for(row: dict) -> str | None:
     """The patch part that removes the blocker ``row`` shows, or None: a trace blocker in the FP4
     quantize, the DSA indexer or SGLang's MUSA probe, or DSA attention's ``topk_indices`` refused by the release's
     attention split op (traced or run: the release's piecewise path fails there eagerly too)."""
-    frames = row.get("frames", [])
+    stack = row.get("frames", [])
     words = " ".join(str(row.get(k) or "") for k in ("message", "cause"))
     if "unified_attention_with_output" in words and "topk_indices" in words:
         return "dsa_attention_split_op"
     if row["status"] != "unsupported":  # compiled, or failed while running: no trace blocker
         return None
-    if any(f.endswith(":is_musa") for f in frames):
+    if any(f.endswith(":is_musa") for f in stack):
         return "musa_probe_constant"
-    if any("modelopt_quant.py" in f for f in frames) and any(
-        f.startswith("flashinfer/") for f in frames
+    if any("modelopt_quant.py" in f for f in stack) and any(
+        f.startswith("flashinfer/") for f in stack
     ):
         return "fp4_quantize_op"
-    if any("/nsa/nsa_indexer.py" in f for f in frames) or "nsa_indexer.py" in words:
+    if any(f"/{name}:" in f or name in words for name in INDEXER_FILES for f in [*stack, ""]):
         return "dsa_indexer_split_op"
     return None
 
@@ -150,7 +154,7 @@ def _load_plugin(path: Path, built: model.Built) -> Any:
     spec.loader.exec_module(plugin)
     indexers = getattr(plugin, "_INDEXERS", None)
     if indexers is not None:
-        cls = sys.modules[patch.WHERE["indexer"]].Indexer
+        cls = sys.modules[built.facts["layout"]["dsa_indexer"]].Indexer
         indexers.update({m.layer_id: m for m in built.model.modules() if isinstance(m, cls)})
     if hasattr(torch.ops.fp4lab_patch, "fp4_quantize"):
         reference = fix.reporting(FP4_REFERENCE, fix.reference_fp4_quantize)
@@ -166,7 +170,8 @@ def _load_plugin(path: Path, built: model.Built) -> Any:
 def _quantize_binding(built: model.Built) -> dict:
     chosen = built.facts["quantize"]
     return {"module": "sglang.srt.layers.quantization.modelopt_quant",
-            "name": (chosen.get("called_as") or "fp4_quantize").split(".")[0]}  # fmt: skip
+            "name": (chosen.get("called_as") or "fp4_quantize").split(".")[0],
+            "indexer": built.facts["layout"]["dsa_indexer"] or patch.WHERE["indexer"]}  # fmt: skip
 
 
 def _compared(got: tuple, want: tuple) -> dict:
@@ -229,17 +234,15 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
     try:
         built = model.build(sm, out.parent / "checkpoint")
     except Exception as exc:  # recorded: the exact obstacle on this machine
-        import traceback
-
-        found["build_error"] = traceback.format_exception_only(exc)[-1].strip()[:800]
-        found["build_frames"] = [f"{f.filename.split('site-packages/')[-1]}:{f.lineno}:{f.name}"
-                                 for f in traceback.extract_tb(exc.__traceback__)][-8:]  # fmt: skip
+        failed = failure(exc)
+        found["build_error"], found["build_frames"] = failed["error"], failed["frames"]
         chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
         found["facts"] = {"quantize": {k: v for k, v in chosen.items() if k != "callable"}}
         found["refused_by_release"] = isinstance(exc, ValueError) and any(
             f.startswith(("sglang/srt/layers/quantization/", "sglang/srt/model_loader/"))
             for f in found["build_frames"][-2:]
         )
+        found["model_absent"] = str(exc) if isinstance(exc, model.ModelAbsent) else None
         return found | release_rules()
     found |= {"facts": built.facts, "standins": built.standins,
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
@@ -249,13 +252,26 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
     if flags is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
         return found | {"not_driven": how} | release_rules()
     found["standins"] = [*built.standins, *runner.standins(built)]
-    with torch.no_grad():
-        found["eager_release"] = eager_release(built, sm)
-        found["chain"] = walk(built, sm, story)
-        if story:
-            found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
-        found["fix"] = fix_walk(built, sm, _version(), out)
+    try:
+        with torch.no_grad():
+            found["eager_release"] = eager_release(built, sm)
+            found["chain"] = walk(built, sm, story)
+            if story:
+                found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
+            found["fix"] = fix_walk(built, sm, _version(), out)
+    except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
+        found["harness_error"] = failure(exc)
     return found | release_rules()
+
+
+def failure(exc: BaseException) -> dict:
+    """An exception as a record: its last line, its frames (``file:line:function``, relative to
+    their package root, the last 8) and the deepest frame in fp4lab's own code, if any."""
+    where = [f"{frames.relative_path(f.filename)}:{f.lineno}:{f.name}"
+             for f in traceback.extract_tb(exc.__traceback__)]  # fmt: skip
+    ours = [f for f in where if f.startswith("fp4lab/")]
+    return {"error": traceback.format_exception_only(exc)[-1].strip()[:800],
+            "frames": where[-8:], "harness_frame": ours[-1] if ours else None}  # fmt: skip
 
 
 def release_rules() -> dict:

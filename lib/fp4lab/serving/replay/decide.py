@@ -11,7 +11,7 @@ equals eager, and the MoE's path under the trace.
 from __future__ import annotations
 
 from fp4lab.core import evidence, glm5
-from fp4lab.serving.replay import patch
+from fp4lab.serving.replay import patch, versions
 
 STORY_SIGNATURES = ("subprocess", "file_io", "compiler_disable_under_fullgraph")
 """The story's three blockers (nvcc query, the JIT's file I/O, the compiler.disable patch)."""
@@ -119,7 +119,13 @@ def declined_note(step: dict) -> str:
 
 
 def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -> dict:
-    """One (release, SM) row of the decision table."""
+    """One (release, SM) row of the decision table, with its note's first clause and the harness
+    frame where fp4lab's harness failed."""
+    row = _cell(version, sm, replay, calls)
+    return {"harness_frame": None, **row, "why_short": short(row["note"])}
+
+
+def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict:
     flags, how, disabled = _flag_row(replay)
     facts = replay.get("facts", {})
     quantize = facts.get("quantize", {})
@@ -137,24 +143,28 @@ def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -
            "expected_pieces": fixed.get("expected_pieces"), "moe": moe, "moe_op": moe_op,
            "first_frames": {c["cuda_home"]: c["blocker_frame"] for c in replay.get("cuda_home", [])},
            "evidence": evidence.of_values(rows)}  # fmt: skip
-    if "build_error" in replay or replay.get("error"):
-        obstacle = replay.get("build_error") or replay.get("error")
-        if flags is None:
-            return {
-                **row,
-                "outcome": "not applicable",
-                "note": f"{how} (model not built here: {obstacle})",
-            }
+    if replay.get("error") or replay.get("harness_error"):  # the child or fp4lab's drive failed
+        failed = replay.get("harness_error") or {"error": replay["error"]}
+        return harness(row, failed["error"], failed.get("harness_frame"))
+    if "build_error" in replay:
+        obstacle = replay["build_error"]
+        if replay.get("model_absent"):
+            return {**row, "outcome": "not applicable", "note": replay["model_absent"]}
         least = replay.get("min_capability")
         major, minor = (int(p) for p in sm.split("."))
         if least and major * 10 + minor < least:
             note = (f"the release's NVFP4 config needs SM{least // 10}.{least % 10}+ "
-                    f"(ModelOptFp4Config.get_min_capability; {replay['build_error']})")  # fmt: skip
+                    f"(ModelOptFp4Config.get_min_capability; {obstacle})")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
         if replay.get("refused_by_release"):
             note = f"the release refuses NVFP4 GLM-5 on SM{sm} while building it ({obstacle})"
             return {**row, "outcome": "not applicable", "note": note}
-        return {**row, "outcome": "not measured", "note": obstacle}
+        if flags is None and "piecewise_options_error" not in replay:
+            return {**row, "outcome": "not applicable",
+                    "note": f"{how} (read from its own parser; model not built here: {obstacle})"}  # fmt: skip
+        frames = replay.get("build_frames") or []
+        ours = [f for f in frames if f.startswith("fp4lab/")]
+        return harness(row, obstacle, ours[-1] if ours else (frames[-1] if frames else None))
     if replay.get("not_driven"):
         built = (facts.get("model_class") or "the model").split(".")[-1]
         return {**row, "outcome": "not applicable",
@@ -175,13 +185,22 @@ def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -
         return {**row, "outcome": "not applicable", "blocked_at": first if met else None,
                 "note": f"{how} (traced anyway: {traced})"}  # fmt: skip
     if not met:
-        return {**row, "outcome": "compiles", "note": ""}
+        same = "equals" if fixed.get("equals_eager") else "does NOT equal"
+        return {**row, "outcome": "compiles",
+                "note": f"compiles as released ({fixed.get('pieces')} pieces) and {same} eager"}  # fmt: skip
     note = f"blockers: {' -> '.join(met)}"
     if fixed.get("compiles"):
         note += (f"; with the patch ({', '.join(fixed['parts'])}) it compiles "
                  f"({fixed.get('pieces')} pieces, expected {fixed.get('expected_pieces')}) and "
                  f"{'equals' if fixed.get('equals_eager') else 'does NOT equal'} eager")  # fmt: skip
     return {**row, "outcome": "blocked", "blocked_at": first, "note": note}
+
+
+def harness(row: dict, error: str, frame: str | None) -> dict:
+    """A cell fp4lab's harness failed to measure: never a verdict about SGLang."""
+    where = f" at {frame}" if frame else ""
+    return {**row, "outcome": "not measured", "harness_frame": frame,
+            "note": f"fp4lab's harness failed{where}: {error}"}  # fmt: skip
 
 
 def sm120_specific(rows: list[dict], version: str) -> bool | None:
@@ -226,31 +245,35 @@ def compact(rows: list[dict]) -> list[str]:
 
 def decision(rows: list[dict]) -> dict:
     """The decision report's verdict, number and why over every (release, SM) where a GLM-5
-    user can reach torch.compile piecewise graphs and the model was traced."""
+    user can reach torch.compile piecewise graphs and the model was traced; cells fp4lab's
+    harness failed to measure are counted apart."""
     traced = [r for r in rows if r["outcome"] in ("blocked", "compiles")]
     blocked = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "blocked"]
+    compiles = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "compiles"]
     unblocked = [r for r in traced if r["outcome"] == "blocked" and r["equals_eager"]]
+    unmeasured = [
+        f"{r['sglang_version']} SM{r['sm']}" for r in rows if r["outcome"] == "not measured"
+    ]
     unreachable = sorted({r["sglang_version"] for r in rows if r["outcome"] == "not applicable"
-                          and r["flag"] == "none reaches it"})  # fmt: skip
+                          and r["flag"] == "none reaches it"}, key=versions.order)  # fmt: skip
+    apart = f"; {len(unmeasured)} not measured (fp4lab's harness failed)" if unmeasured else ""
     if not traced:
-        return {"verdict": "NOT APPLICABLE" if unreachable else "UNMEASURED",
-                "number": "no release x SM traced here",
+        return {"verdict": "NOT APPLICABLE" if unreachable and not unmeasured else "UNMEASURED",
+                "number": f"no release x SM traced here{apart}",
                 "why": "no release's GLM-5 could be built and traced on this machine"}  # fmt: skip
-    verdict = (
-        "UNBLOCKED"
-        if not blocked
-        else "BLOCKED"
-        if len(blocked) == len(traced)
-        else "PARTLY BLOCKED"
-    )
+    verdict = "UNBLOCKED" if not blocked else "BLOCKED" if not compiles else "PARTLY BLOCKED"
     parts = sorted({p for r in traced for p in r["patch"]}, key=patch.PARTS.index)
     why = (f"SGLang's own {glm5.ARCHITECTURE} (tiny config, NVFP4, dummy weights) traced through "
-           f"each release's piecewise runner; blocked in {', '.join(blocked) or 'none'}"
-           + (f"; fp4lab's patch ({', '.join(parts)}) makes {len(unblocked)} of them compile "
-              f"and equal eager" if parts else ""))  # fmt: skip
+           f"each release's piecewise runner; compiles as released in "
+           f"{', '.join(compiles) or 'none'}; blocked in {', '.join(blocked) or 'none'}"
+           + (f"; fp4lab's patch ({', '.join(parts)}) makes {len(unblocked)} of the blocked "
+              f"compile and equal eager" if parts else ""))  # fmt: skip
     if unreachable:
         why += (
             f"; no GLM-5 option reaches torch.compile piecewise graphs in {', '.join(unreachable)}"
         )
-    number = f"blocked in {len(blocked)} of {len(traced)} reachable release x SM traced"
+    if unmeasured:
+        why += f"; not measured (harness): {', '.join(unmeasured)}"
+    number = (f"compiles in {len(compiles)}, blocked in {len(blocked)} of {len(traced)} reachable "
+              f"release x SM traced{apart}")  # fmt: skip
     return {"verdict": verdict, "number": number, "why": why}

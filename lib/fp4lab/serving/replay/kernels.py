@@ -101,15 +101,17 @@ def _triton_router(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_
                    renormalize=True, routed_scaling_factor=1.0,
                    apply_routed_scaling_factor_on_output=False, moe_softcapping=0.0,
                    num_expert_group=1, topk_group=1, **triton_only: Any):  # fmt: skip
-    """SGLang's Triton router (0.5.2x) by SGLang's own torch grouped top-k, for sigmoid scores."""
+    """SGLang's Triton router (0.5.16 on) by SGLang's own torch grouped top-k, for sigmoid scores,
+    behind the stood-in ``sgl_kernel::moe_fused_gate`` op: one opaque node while traced, as a
+    kernel launch is (fp4lab's Python never enters the trace)."""
     extras = [k for k, v in triton_only.items()
               if v is not None and not (isinstance(v, (bool, int, float)) and not v)]  # fmt: skip
     if scoring_func != "sigmoid" or not renormalize or moe_softcapping or extras:
         raise NotImplementedError("fp4lab's router reference covers renormalized sigmoid routing "
                                   f"only (asked: {scoring_func}, extras {extras})")  # fmt: skip
-    return _moe_fused_gate(scores, bias, num_expert_group, topk_group, topk,
-                           num_fused_shared_experts, routed_scaling_factor,
-                           apply_routed_scaling_factor_on_output)  # fmt: skip
+    return torch.ops.sgl_kernel.moe_fused_gate(scores, bias, num_expert_group, topk_group, topk,
+                                               num_fused_shared_experts, routed_scaling_factor,
+                                               apply_routed_scaling_factor_on_output)  # fmt: skip
 
 
 def _moe_fused_gate_fake(x, bias, groups, topk_group, topk, shared, scaling, on_output):
@@ -304,7 +306,27 @@ def _hadamard(x, scale=1.0):
     return ((x.float() @ matrix) * scale).to(x.dtype)
 
 
+def _indexer_topk(layer_id, key, q_fp8, weights, topk_result) -> None:
+    """The DSA indexer's top-k as SGLang's split op computes it from 0.5.13 (index key cache
+    write, FP8 MQA logits, top-k: DeepGEMM kernels): for one extend batch from an empty cache,
+    token i keeps tokens 0..i (every sequence is within ``index_topk``), padding rows stay -1."""
+    tokens = min(q_fp8.shape[0], topk_result.shape[0])
+    index = torch.arange(topk_result.shape[1], dtype=topk_result.dtype)
+    seen = torch.arange(1, tokens + 1, dtype=topk_result.dtype)[:, None]
+    topk_result[:tokens].copy_(torch.where(index < seen, index, -1))
+
+
 SGLANG_OP_KERNELS = {
+    "layernorm": (
+        lambda input, gamma, beta, eps=1e-6: _layernorm(input, gamma, beta, eps),
+        "SGLang's layernorm op (0.5.13 on; the DSA indexer's k_norm) runs FlashInfer's CuTe-DSL "
+        "layernorm: torch layer_norm",
+    ),
+    "k_cache_and_topk_result": (
+        _indexer_topk,
+        "the DSA indexer's split op (0.5.13 on): its index-cache write and FP8 MQA logits are "
+        "DeepGEMM kernels; the causal top-k of an extend batch from an empty cache instead",
+    ),
     "scaled_fp4_quant": (
         _sglang_scaled_fp4_quant,
         "SGLang's JIT NVFP4 quantize kernel: fp4lab's spec-exact reference",
@@ -338,8 +360,13 @@ SGLANG_OP_KERNELS = {
 }
 """SGLang ops whose body is a CUDA kernel: the CPU kernel lent to them instead of their body."""
 
-SGLANG_OP_MODULES = ("sglang.kernels.ops.quantization.hadamard",)
-"""Where a release defines such an op in a module its model imports only when first called."""
+SGLANG_OP_MODULES = (
+    "sglang.kernels.ops.quantization.hadamard",
+    "sglang.jit_kernel.hadamard",
+    "sglang.jit_kernel.rope",
+)
+"""Where a release defines such an op in a module its model imports only when first called
+(0.5.2x; the JIT kernel package from 0.5.13)."""
 
 
 def sglang_op_kernels() -> list[dict]:
@@ -353,6 +380,31 @@ def sglang_op_kernels() -> list[dict]:
         if hasattr(torch.ops.sglang, name):
             library.impl(name, kernel, "CPU", allow_override=True)
             lent.append(record(f"sglang::{name}_cpu_kernel", f"sglang::{name}", why))
+    return lent
+
+
+def _mm_out_dtype(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    return torch.mm(a.float(), b.float()).to(out_dtype)
+
+
+ATEN_CPU_KERNELS = {
+    "mm.dtype": (
+        _mm_out_dtype,
+        "aten::mm with out_dtype has CUDA kernels only (the DSA indexer's float32 projections "
+        "from 0.5.13): a float matmul cast to out_dtype",
+    ),
+}
+"""torch ops with no CPU kernel in torch's CPU build that a release's forward calls."""
+
+
+def aten_cpu_kernels() -> list[dict]:
+    """ATEN_CPU_KERNELS registered for CPU where torch has no CPU kernel for them."""
+    library = _LIBRARIES.setdefault("aten", torch.library.Library("aten", "IMPL"))
+    lent = []
+    for name, (kernel, why) in ATEN_CPU_KERNELS.items():
+        if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU"):
+            library.impl(name, kernel, "CPU")
+            lent.append(record(f"aten::{name}_cpu_kernel", f"aten::{name}", why))
     return lent
 
 
@@ -393,6 +445,38 @@ def _act_quant(x, block_size=128, scale_fmt=None):
     if scale_fmt is not None:
         scale = torch.exp2(torch.ceil(torch.log2(scale)))
     return (blocks / scale.unsqueeze(-1)).view(x.shape).to(torch.float8_e4m3fn), scale
+
+
+def _act_quant_fake(x, block_size=128, scale_fmt=None):
+    scales = x.new_empty(*x.shape[:-1], x.shape[-1] // block_size, dtype=torch.float32)
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn), scales
+
+
+TRITON_LAUNCHES = {
+    "act_quant": ("act_quant(Tensor x, int block_size=128, str? scale_fmt=None) -> (Tensor, Tensor)",
+                  _act_quant, _act_quant_fake),
+}  # fmt: skip
+"""Python functions of SGLang whose body is one Triton kernel launch: schema, CPU kernel, fake.
+On a GPU dynamo takes such a launch as one node (its Triton wrapper); on a CPU build it cannot,
+and would trace into Triton's launcher. Each is stood in for by an op of ``fp4lab_triton``:
+one opaque node while traced, the CPU kernel when run."""
+
+
+def triton_launch(name: str) -> Callable:
+    """The stand-in for the Triton-launching function ``name`` (defined on first use)."""
+    if "fp4lab_triton" not in _LIBRARIES:
+        _LIBRARIES["fp4lab_triton"] = torch.library.Library("fp4lab_triton", "FRAGMENT")
+    library = _LIBRARIES["fp4lab_triton"]
+    if not hasattr(torch.ops.fp4lab_triton, name):
+        schema, kernel, fake = TRITON_LAUNCHES[name]
+        library.define(schema)
+        library.impl(name, kernel, "CPU")
+        library._register_fake(name, fake)
+    return getattr(torch.ops.fp4lab_triton, name)
+
+
+def _act_quant_launch(x, block_size=128, scale_fmt=None):
+    return triton_launch("act_quant")(x, block_size, scale_fmt)
 
 
 def _pick(t: torch.Tensor, expert: int) -> torch.Tensor:
@@ -503,10 +587,6 @@ EAGER_ONLY = (
      "FlashInfer's JIT layernorm (the DSA indexer's k_norm): torch layer_norm"),
     ("sglang.jit_kernel.hadamard", "hadamard_transform", _hadamard,
      "SGLang's JIT Hadamard transform (DSA indexer): matmul with the Hadamard matrix"),
-    ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", _act_quant,
-     "the DSA indexer's Triton FP8 block quantize: torch amax/scale"),
-    ("sglang.kernels.ops.attention.dsa.triton_kernel", "act_quant", _act_quant,
-     "the DSA indexer's Triton FP8 block quantize (its 0.5.2x home): torch amax/scale"),
     ("sglang.srt.layers.moe.cutlass_moe", "cutlass_moe_fp4", cutlass_moe_fp4,
      "sgl_kernel's CUTLASS NVFP4 MoE (prepare_moe_input, grouped FP4 GEMMs): the MoE by its "
      "definition on fp4lab's reference quantize and the dequantize-matmul GEMM"),
@@ -516,6 +596,9 @@ EAGER_ONLY = (
     ("flashinfer.fused_moe", "cutlass_fused_moe", _cutlass_fused_moe_zero,
      "FlashInfer's CUTLASS NVFP4 fused MoE: no CPU reference for its packed weight layout, the "
      "routed experts contribute zero (the MoE's numerics are not checked where this runs)"),
+    ("sglang.srt.layers.quantization.modelopt_quant", "flashinfer_cutlass_fused_moe",
+     _cutlass_fused_moe_zero, "FlashInfer's CUTLASS NVFP4 fused MoE as 0.5.13+ binds it in "
+     "modelopt_quant: the routed experts contribute zero (the MoE's numerics are not checked)"),
 )  # fmt: skip
 """(module, name, CPU kernel, why): the kernels that run only eagerly in GLM-5's PCG forward."""
 
@@ -540,9 +623,21 @@ def _marlin_moe_zero(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> 
 
 
 REPLACED = (
+    ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", _act_quant_launch,
+     "the DSA indexer's Triton FP8 block quantize (0.5.3-0.5.12), traced and run: one opaque op "
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale"),
+    ("sglang.srt.layers.attention.dsa.triton_kernel", "act_quant", _act_quant_launch,
+     "the DSA indexer's Triton FP8 block quantize (0.5.13 on), traced and run: one opaque op "
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale"),
+    ("sglang.kernels.ops.attention.dsa.triton_kernel", "act_quant", _act_quant_launch,
+     "the DSA indexer's Triton FP8 block quantize (0.5.2x home), traced and run: one opaque op "
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale"),
     ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", _triton_router,
      "SGLang's Triton MoE router (0.5.2x), traced and run: SGLang's own torch grouped top-k "
      "(biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked here"),
+    ("sglang.jit_kernel.moe_fused_gate", "moe_fused_gate", _triton_router,
+     "SGLang's Triton MoE router at its 0.5.1x home, traced and run: SGLang's own torch grouped "
+     "top-k (biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked"),
     ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", _marlin_workspace,
      "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
     ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",

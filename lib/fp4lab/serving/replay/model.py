@@ -19,6 +19,7 @@ import contextlib
 import ctypes
 import glob
 import importlib
+import importlib.util
 import json
 import sysconfig
 import time
@@ -34,7 +35,7 @@ from torch.overrides import TorchFunctionMode
 from fp4lab.compile import target
 from fp4lab.core import glm5
 from fp4lab.serving import read_parser
-from fp4lab.serving.replay import inside, kernels, quantize, reworked
+from fp4lab.serving.replay import inside, kernels, layout, quantize, ranks, reworked
 
 CONFIG = {
     "architectures": [glm5.ARCHITECTURE], "model_type": "deepseek_v3", "torch_dtype": "bfloat16",
@@ -98,15 +99,23 @@ def write_checkpoint(folder: Path, architecture: str) -> Path:
     return folder
 
 
-def _architecture() -> str:
-    """The first of ARCHITECTURES the release's model registry has."""
+class ModelAbsent(LookupError):
+    """The release's source defines none of ARCHITECTURES: GLM-5 cannot be served by it."""
+
+
+def _architecture(found: layout.Layout) -> str:
+    """The first of ARCHITECTURES the release's source defines, its module imported (an import
+    failure there is this environment's, raised as it is) and found in the release's registry."""
     from sglang.srt.models.registry import ModelRegistry
 
-    known = ModelRegistry.get_supported_archs()
-    found = next((a for a in ARCHITECTURES if a in known), None)
-    if found is None:
-        raise LookupError(f"the release's model registry has none of {', '.join(ARCHITECTURES)}")
-    return found
+    if not found.model_classes:
+        raise ModelAbsent(f"the release's model files define none of {', '.join(ARCHITECTURES)}")
+    architecture = found.model_classes[0]
+    importlib.import_module(layout.model_module(found.root, architecture))
+    if architecture not in ModelRegistry.get_supported_archs():
+        raise LookupError(f"{architecture} is defined in the release's source, and its registry "
+                          f"lacks it")  # fmt: skip
+    return architecture
 
 
 def _cpu(device: Any) -> Any:
@@ -193,8 +202,8 @@ def _server_args(
     memory = gpu_memory_mib(sm)
     listed = [kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
-    hook = "sglang.srt.arg_groups.memory_hook"  # where reworked releases ask
-    owners = [module, importlib.import_module(hook)] if rework else [module]
+    hook = "sglang.srt.arg_groups.memory_hook"  # where reworked releases from 0.5.2x ask
+    owners = [module, *([importlib.import_module(hook)] if importlib.util.find_spec(hook) else [])]
     with contextlib.ExitStack() as stack:
         for owner in owners:
             if hasattr(owner, "get_device_memory_capacity"):
@@ -204,7 +213,7 @@ def _server_args(
         if rework:
             reworked.publish(args)
     if rework:
-        chosen = reworked.chosen()
+        chosen = reworked.chosen(args)
     else:
         chosen = {k: getattr(args, k, None) for k in (
             "attention_backend", "prefill_attention_backend", "nsa_prefill_backend",
@@ -216,34 +225,16 @@ def _server_args(
     return args, listed, chosen
 
 
-def _distributed(server_args: Any, model_config: Any) -> None:
-    """The release's parallel groups on one process (gloo), as ``ModelRunner`` sets them up."""
-    from sglang.srt.distributed import init_distributed_environment, initialize_model_parallel
-    from sglang.srt.layers.dp_attention import initialize_dp_attention
-
-    init_distributed_environment(backend="gloo", world_size=1, rank=0, local_rank=0,
-                                 distributed_init_method="tcp://127.0.0.1:0")  # fmt: skip
-    initialize_model_parallel(1, 1)
-    initialize_dp_attention(server_args=server_args, model_config=model_config)
-    for module, name in (("sglang.srt.layers.moe", "initialize_moe_config"),
-                         ("sglang.srt.layers.quantization.fp8_utils", "initialize_fp8_gemm_config"),
-                         ("sglang.srt.layers.quantization.fp4_utils", "initialize_fp4_gemm_config")):  # fmt: skip
-        configure = kernels.attribute(module, name)
-        if configure is not None:
-            configure(server_args)
-
-
-def _deep_gemm_sms(sm_count: int) -> list[dict]:
+def _deep_gemm_sms(sm_count: int, found: layout.Layout) -> list[dict]:
     """The DSA indexer asks DeepGEMM for the GPU's SM count at construction; DeepGEMM cannot
     import without libnvrtc, so the simulated GPU's count answers."""
-    try:
-        indexer = importlib.import_module("sglang.srt.layers.attention.nsa.nsa_indexer")
-    except ImportError:
+    if found.dsa_indexer is None:
         return []
+    indexer = importlib.import_module(found.dsa_indexer)
     if not isinstance(getattr(indexer, "deep_gemm", None), Exception):
         return []
     indexer.deep_gemm = types.SimpleNamespace(get_num_sms=lambda: sm_count)
-    return [kernels.record("deep_gemm_sm_count", "nsa_indexer.deep_gemm.get_num_sms",
+    return [kernels.record("deep_gemm_sm_count", f"{found.dsa_indexer}.deep_gemm.get_num_sms",
                             f"DeepGEMM needs libnvrtc to import; {sm_count} SMs answer")]  # fmt: skip
 
 
@@ -301,7 +292,7 @@ def host(built: Built) -> Any:
     from sglang.srt.model_executor.model_runner import ModelRunner
 
     if built.reworked:
-        return reworked.host(host_values(built))
+        return reworked.host(host_values(built), str(built.facts["server_args"]["kv_cache_dtype"]))
     runner = ModelRunner.__new__(ModelRunner)
     for name, value in host_values(built).items():
         setattr(runner, name, value)
@@ -312,13 +303,14 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     """The release's GLM-5 for a GPU of ``sm``, with its runner host; see the module docstring."""
     started = time.perf_counter()
     standins = _cudart()
-    rework = reworked.is_reworked()
+    found = layout.probe(ARCHITECTURES)
+    rework = found.reworked
     with inside.simulated_gpu(sm) as patched, inside.absent_kernel_fakes_skipped():
         standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
         standins += reworked.deep_gemm_standin(132) if rework else []
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()
-        architecture = _architecture()
+        architecture = _architecture(found)
         server_args, listed, backends = _server_args(
             write_checkpoint(checkpoint, architecture), sm, rework
         )
@@ -330,15 +322,13 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
             from sglang.srt.model_loader import get_model_loader
 
             standins += listed + kernels.load_time_kernels()
-            standins += [] if rework else _deep_gemm_sms(132)
+            standins += [] if rework else _deep_gemm_sms(132, found)
             model_config = ModelConfig.from_server_args(server_args)
-            if rework:
-                reworked.distributed(server_args, model_config)
-            else:
+            if not rework:
                 from sglang.srt.server_args import set_global_server_args_for_scheduler
 
                 set_global_server_args_for_scheduler(server_args)
-                _distributed(server_args, model_config)
+            ranks.parallel_groups(server_args, model_config)
             loader = get_model_loader(LoadConfig(load_format="dummy"), model_config)
             model = loader.load_model(
                 model_config=model_config, device_config=DeviceConfig("cpu", 0)
@@ -348,10 +338,12 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     torch._dynamo.trace_rules.clear_lru_cache()
     torch._dynamo.trace_rules.get_torch_obj_rule_map()
     kernels.fakes_where_missing()
-    standins += kernels.sglang_op_kernels() + kernels.eager_only_kernels()
+    standins += (
+        kernels.sglang_op_kernels() + kernels.aten_cpu_kernels() + kernels.eager_only_kernels()
+    )
     standins += [*kernels.replaced_kernels(), kernels.ATTENTION, kernels.KV_POOL]
-    facts = {**_facts(model), "architecture": architecture, "loader": type(loader).__name__,
-             "server_args": backends,
+    facts = {**_facts(model), "architecture": architecture, "layout": found.as_record(),
+             "loader": type(loader).__name__, "server_args": backends,
              "simulated_gpu": patched, "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip
     built = Built(model, server_args, model_config, reworked=rework, standins=standins, facts=facts)
     built.host = host(built)

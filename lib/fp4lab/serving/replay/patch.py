@@ -293,8 +293,8 @@ WHERE = {
     "attention": "sglang.srt.layers.radix_attention",
     "common": "sglang.srt.utils.common",
 }
-"""The SGLang modules the DSA parts patch (0.5.3 to 0.5.1x; the module names are checked
-inside the release before a part is written)."""
+"""The SGLang modules the DSA parts patch (0.5.3 to 0.5.12; the indexer's home from 0.5.13 is
+read from the release by ``layout`` and passed to ``render``)."""
 
 
 def module_name(version: str, sm: str) -> str:

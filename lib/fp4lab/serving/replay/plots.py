@@ -8,15 +8,12 @@ import textwrap
 from pathlib import Path
 
 from fp4lab.core import evidence, figures, glm5, records
-from fp4lab.serving.replay import decide
+from fp4lab.serving.replay import decide, timeline, versions
 
 COLOURS = dict(zip(decide.OUTCOMES, ("#d62728", "#2ca02c", "#9edae5", "#eeeeee"), strict=True))
 """blocked, compiles, not applicable, not measured."""
 PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer split",
-              "dsa_attention_split_op": "DSA attn split"}  # fmt: skip
-SHORT = {"flashinfer_direct": "flashinfer.fp4_quantize", "sglang_op": "sglang op",
-         "sglang_jit_op": "sglang JIT op", "sgl_kernel_op": "sgl_kernel op", "none": "none",
-         "other": "other"}  # fmt: skip
+              "dsa_attention_split_op": "DSA attn split", "musa_probe_constant": "musa const"}  # fmt: skip
 
 
 def table(rows: list[dict]) -> object:
@@ -27,6 +24,17 @@ def table(rows: list[dict]) -> object:
             "compiles_with_patch", "equals_eager", "pieces", "expected_pieces", "moe", "quantize",
             "model_class", "note"]  # fmt: skip
     return pd.DataFrame([{k: r.get(k) for k in keep} for r in rows])
+
+
+def timeline_table(rows: list[dict]) -> object:
+    """The timeline per SM: each run of consecutive releases with one outcome."""
+    import pandas as pd
+
+    return pd.DataFrame([
+        {"SM": g["sm"], "releases": g["from"] + (f" to {g['to']}" if g["to"] != g["from"] else ""),
+         "outcome": g["state"]}
+        for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.runs(rows, sm)
+    ])  # fmt: skip
 
 
 def standins_table(notebook: str) -> object:
@@ -53,36 +61,40 @@ def calls_table(notebook: str) -> object:
     ])  # fmt: skip
 
 
+def cell_text(row: dict) -> str:
+    """What a cell of the figure says: its state (``timeline.state``) and, where a patch was
+    tried, what it gave; two short lines at most."""
+    said = textwrap.shorten(timeline.state(row), 58, placeholder="...")
+    if row["patch"]:
+        done = "compiles" if row["compiles_with_patch"] else "still blocked"
+        done += ", = eager" if row["equals_eager"] else ""
+        said += f"\npatch {' + '.join(PART_SHORT.get(p, p) for p in row['patch'])} -> {done}"
+    return said
+
+
 def plot_decision(rows: list[dict]) -> object:
-    """Versions down, SMs across; a cell says the quantize taken and blocked-at / compiles."""
+    """Releases down (release order), SMs across; each cell coloured by outcome and naming its
+    blocker, flag or reason; each row labelled with the option a GLM-5 user passes."""
     import matplotlib.pyplot as plt
 
-    version_list = list(dict.fromkeys(r["sglang_version"] for r in rows))
+    version_list = sorted(dict.fromkeys(r["sglang_version"] for r in rows), key=versions.order)
     sm_list = sorted({r["sm"] for r in rows}, key=lambda s: float(s))
-    fig, ax = plt.subplots(figsize=(3.6 * len(sm_list) + 2.8, 1.3 * len(version_list) + 1.4))
+    fig, ax = plt.subplots(figsize=(3.9 * len(sm_list) + 3.2, 0.5 * len(version_list) + 1.6))
     for r in rows:
         x, y = sm_list.index(r["sm"]), version_list.index(r["sglang_version"])
-        colour = COLOURS.get(r["outcome"], "#cccccc")
-        ax.add_patch(plt.Rectangle((x, y), 0.96, 0.9, color=colour))
-        detail = f"blocked at {r['blocked_at']}" if r["outcome"] == "blocked" else r["outcome"]
-        if r["patch"]:
-            done = "compiles" if r["compiles_with_patch"] else "still blocked"
-            done += ", = eager" if r["equals_eager"] else ""
-            short = " + ".join(PART_SHORT.get(p, p) for p in r["patch"])
-            detail += f"\npatch: {short}\n-> {done}"
-        if r["outcome"] in ("not applicable", "not measured"):
-            detail += "\n" + textwrap.fill(decide.short(r["note"]), 44)
-        if r["moe_op"]:
-            detail += f"\nMoE in {r['moe_op'].split('::')[-1][:34]}"
-        ax.text(x + 0.48, y + 0.45, f"{SHORT.get(r['quantize'], r['quantize'])}\n{detail}",
-                ha="center", va="center", fontsize=6.5)  # fmt: skip
-    flags = {r["sglang_version"]: f"GLM-5: {r['flag']}" for r in rows}
+        ax.add_patch(plt.Rectangle((x, y), 0.98, 0.92, color=COLOURS.get(r["outcome"], "#cccccc")))
+        ax.text(x + 0.49, y + 0.46, cell_text(r), ha="center", va="center", fontsize=6)
+    flags = {r["sglang_version"]: textwrap.shorten(r["flag"], 44, placeholder="...") for r in rows}
     ax.set_xlim(0, len(sm_list))
     ax.set_ylim(len(version_list), 0)
-    ax.set_xticks([i + 0.48 for i in range(len(sm_list))], [f"SM{s}" for s in sm_list])
-    ax.set_yticks([i + 0.45 for i in range(len(version_list))],
-                  [f"{v}\n{flags[v]}" for v in version_list], fontsize=7)  # fmt: skip
-    ax.set_title(f"SGLang's own {glm5.ARCHITECTURE} through its piecewise runner (fullgraph=True)")
+    ax.set_xticks([i + 0.49 for i in range(len(sm_list))], [f"SM{s}" for s in sm_list])
+    ax.set_yticks([i + 0.46 for i in range(len(version_list))],
+                  [f"{v}  ({flags[v]})" for v in version_list], fontsize=6.5)  # fmt: skip
+    ax.legend(handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=o) for o, c in COLOURS.items()],
+              loc="upper center", bbox_to_anchor=(0.5, -0.02), ncol=4, fontsize=7, frameon=False)  # fmt: skip
+    ax.set_title(f"SGLang's own {glm5.ARCHITECTURE} through each release's piecewise runner "
+                 "(fullgraph=True)", fontsize=9)  # fmt: skip
+    fig.tight_layout()
     return fig
 
 

@@ -19,28 +19,19 @@ import inspect
 import sys
 import types
 from collections.abc import Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch.overrides import _pop_mode_temporarily
 
 from fp4lab.compile import target
-from fp4lab.serving.replay import kernels
+from fp4lab.serving.replay import kernels, ranks
 
 TOKENS_FIELD = "cuda_graph_max_bs_prefill"
 """The reworked parser's cap on prefill capture sizes (tokens, for ``tc_piecewise``)."""
 
 REQUESTS = 4
 """Requests the stand-in request pool holds (the runner sizes its buffers from it)."""
-
-
-def is_reworked() -> bool:
-    """Whether the installed SGLang has the reworked set-up (its ``runtime_context`` module),
-    read from its files before anything of it is imported."""
-    spec = importlib.util.find_spec("sglang")
-    roots = list(spec.submodule_search_locations or []) if spec else []
-    return any((Path(root) / "srt" / "runtime_context.py").exists() for root in roots)
 
 
 class _Kernels(types.ModuleType):
@@ -101,14 +92,22 @@ def fields(cls: Any) -> set[str]:
 
 
 def publish(server_args: Any) -> None:
-    """The release's own resolution pipeline and config bags, as the scheduler publishes them."""
-    from sglang.srt.runtime_context import SpawnRanks, publish
+    """The release's own resolution pipeline and config bags, as the scheduler publishes them;
+    in a release whose ``ServerArgs`` is still a dataclass resolved by its ``__post_init__``
+    (0.5.16 to 0.5.20), its own legacy publish shim."""
+    from sglang.srt import runtime_context as context
 
-    publish(server_args, role="scheduler", ranks=SpawnRanks(world_rank=0))
+    if hasattr(context, "SpawnRanks"):
+        context.publish(server_args, role="scheduler", ranks=context.SpawnRanks(world_rank=0))
+        return
+    from sglang.srt.server_args import set_global_server_args_for_scheduler
+
+    set_global_server_args_for_scheduler(server_args)
 
 
-def chosen() -> dict:
-    """What the release's resolution chose for GLM-5 on the simulated GPU (its config bags)."""
+def chosen(server_args: Any) -> dict:
+    """What the release's resolution chose for GLM-5 on the simulated GPU: its config bags, or
+    where it has none (0.5.16 to 0.5.20) the resolved ``ServerArgs``."""
     from sglang.srt import runtime_context as context
 
     found: dict[str, Any] = {}
@@ -120,6 +119,7 @@ def chosen() -> dict:
     ):  # fmt: skip
         bag = getattr(context, getter, None)
         for name in names:
+            found[name] = getattr(server_args, name, None)
             with contextlib.suppress(Exception):
                 found[name] = getattr(bag(), name)
     with contextlib.suppress(Exception):
@@ -127,22 +127,6 @@ def chosen() -> dict:
         found["prefill_graph"] = {"backend": str(prefill.backend), "capture_tokens": prefill.bs,
                                   "tc_compiler": prefill.tc_compiler}  # fmt: skip
     return found
-
-
-def distributed(server_args: Any, model_config: Any) -> None:
-    """The release's parallel groups on one gloo process, its layer runtime, and its MoE / FP8 /
-    FP4 GEMM configuration, in the scheduler's order."""
-    from sglang.srt.distributed import bootstrap
-
-    bootstrap._init_parallel_groups(backend="gloo", dist_init_method="tcp://127.0.0.1:0",
-                                    server_args=server_args, gpu_id=0)  # fmt: skip
-    bootstrap.init_layer_runtime(model_config=model_config)
-    for module, name in (("sglang.srt.layers.moe", "initialize_moe_config"),
-                         ("sglang.srt.layers.quantization.fp8_utils", "initialize_fp8_gemm_config"),
-                         ("sglang.srt.layers.quantization.fp4_utils", "initialize_fp4_gemm_config")):  # fmt: skip
-        configure = kernels.attribute(module, name)
-        if configure is not None:
-            configure()
 
 
 HOST_STANDINS = [
@@ -153,17 +137,33 @@ HOST_STANDINS = [
 ]  # fmt: skip
 
 
-def _kv_cache_dtype(model_dtype: torch.dtype) -> torch.dtype:
-    """The KV cache dtype the release resolved (its model bag), as the attention backend holds it."""
-    from sglang.srt.runtime_context import get_model
-
-    named = str(get_model().kv_cache_dtype)
+def _kv_cache_dtype(named: str, model_dtype: torch.dtype) -> torch.dtype:
+    """The KV cache dtype the release resolved, as the attention backend holds it."""
     return {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(named, model_dtype)
 
 
-def host(values: dict) -> Any:
+SET_UP_ELSEWHERE = {
+    "measure_pre_model_load_memory": lambda **kwargs: 80.0,
+    "get_available_gpu_memory": lambda *args, **kwargs: 80.0,
+    "_init_parallel_groups": lambda **kwargs: None,
+    "init_distributed_environment": lambda *args, **kwargs: None,
+    "initialize_model_parallel": lambda *args, **kwargs: None,
+    "initialize_dp_attention": lambda *args, **kwargs: None,
+}
+"""What ``init_torch_distributed`` calls that ``distributed`` did already on one gloo process, or
+that asks the GPU for its free memory (80 GB answer), wherever the release keeps it."""
+
+ONE_GPU = {"tp_rank": 0, "pp_rank": 0, "dp_size": 1, "moe_ep_size": 1, "moe_ep_rank": 0,
+           "attn_cp_size": 1, "attn_cp_rank": 0, "moe_dp_size": 1, "dist_port": 0,
+           "local_omp_cpuid": None}  # fmt: skip
+"""The placement ``ModelRunner.__init__`` stores for one rank of one GPU (0.5.14, 0.5.15 keep it
+on the runner; later releases in a ``ParallelState``)."""
+
+
+def host(values: dict, kv_cache_dtype: str) -> Any:
     """A ``ModelRunner`` without ``__init__`` (it would allocate KV pools and profile GPU memory),
-    holding ``values`` and what the release's own set-up steps compute: its parallel placement
+    holding ``values`` (``kv_cache_dtype`` as the release resolved it) and what the release's own
+    set-up steps compute: its parallel placement
     (``init_torch_distributed``), MoE top-k, layer indices, n-gram embedding manager."""
     from sglang.srt.model_executor import model_runner as module
 
@@ -175,18 +175,26 @@ def host(values: dict) -> Any:
     extra = {"lora_manager": None, "canary_manager": None, "forward_stream": None,
              "max_running_requests": REQUESTS,
              "max_total_num_tokens": REQUESTS * 64, "req_to_token_pool": pool}  # fmt: skip
+    state = getattr(module, "ParallelState", None)  # 0.5.16 on: passed to __init__
+    extra |= {"ps": state.trivial()} if state is not None else {}
+    extra |= ONE_GPU
     for name, value in {**values, **extra}.items():
         setattr(runner, name, value)
     runner.attn_backend.token_to_kv_pool = runner.token_to_kv_pool
-    runner.attn_backend.kv_cache_dtype = _kv_cache_dtype(values["dtype"])
-    with target.attribute_replaced(module.bootstrap, "measure_pre_model_load_memory",
-                                   lambda **kwargs: 80.0):  # fmt: skip
+    runner.attn_backend.kv_cache_dtype = _kv_cache_dtype(kv_cache_dtype, values["dtype"])
+    owner = getattr(module, "bootstrap", module)  # 0.5.14, 0.5.15 set up in ModelRunner itself
+    with contextlib.ExitStack() as stack:
+        for name, value in SET_UP_ELSEWHERE.items():
+            if hasattr(owner, name):  # the groups are set up on gloo already (``distributed``)
+                stack.enter_context(target.attribute_replaced(owner, name, value))
         runner.init_torch_distributed()
-    module.prepare_moe_topk(model=runner.model, model_config=runner.model_config)
-    runner.layer_info = module.resolve_layer_indices(
-        model=runner.model, model_config=runner.model_config, is_draft_worker=False,
-        draft_model_idx=None,
-    )  # fmt: skip
+    given = {**vars(runner), "draft_model_idx": None}  # the host's values, by parameter name
+    if hasattr(module, "prepare_moe_topk"):
+        ranks.call(module.prepare_moe_topk, **given)
+    else:
+        runner._prepare_moe_topk()
+    if hasattr(module, "resolve_layer_indices"):
+        runner.layer_info = ranks.call(module.resolve_layer_indices, **given)
     runner.init_ngram_embedding_manager()
     runner.support_pp = "pp_proxy_tensors" in inspect.signature(runner.model.forward).parameters
     return runner
@@ -223,6 +231,13 @@ def driven(eager: bool) -> Iterator[Any]:
                                                           lambda module, **kwargs: None))  # fmt: skip
         stack.enter_context(model.CudaOnCpu())
         yield lambda host: host.init_cuda_graphs(capture_decode_cuda_graph=False)
+
+
+def compile_contexts() -> list:
+    """The contexts the tc_piecewise backend's compile pass runs its warm-up forwards in, from
+    the backend's own module, ready to enter."""
+    owner = importlib.import_module(BACKEND)
+    return [owner.enable_tc_piecewise_cuda_graph, owner.enable_torch_compile_warmup]
 
 
 CAPTURE = kernels.record(

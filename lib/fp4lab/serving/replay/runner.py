@@ -295,6 +295,16 @@ def compile_contexts() -> list:
     return found
 
 
+def _static(runner: Any, name: str, tokens: int) -> torch.Tensor:
+    """The runner's static input buffer ``name`` for one request of ``tokens`` tokens, wherever
+    the release keeps it: a buffer registry's slot (0.5.13 on), one buffers record (0.5.12), or
+    the runner itself."""
+    registry = getattr(runner, "buffer_registry", None)
+    if registry is not None:
+        return registry.get_slot(name).slice_for(1, tokens)
+    return getattr(getattr(runner, "buffers", runner), name)[:tokens]
+
+
 def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | None, str]:
     """The logits of one more warm-up forward of the runner on fixed inputs (the compiled path
     when the pass compiled), the quantize kernel that ran, and '' or why it failed."""
@@ -303,14 +313,15 @@ def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | No
         return None, None, "the runner was not built"
     tokens = model.TOKENS
     generator = torch.Generator().manual_seed(0)
-    buffers = getattr(runner, "buffers", runner)  # from 0.5.12 the static buffers are one record
-    buffers.input_ids[:tokens] = torch.randint(
-        0, model.CONFIG["vocab_size"], (tokens,), generator=generator
-    )
-    buffers.positions[:tokens] = torch.arange(tokens)
+    input_ids, positions = (_static(runner, name, tokens) for name in ("input_ids", "positions"))
+    input_ids.copy_(torch.randint(0, model.CONFIG["vocab_size"], (tokens,), generator=generator))
+    positions.copy_(torch.arange(tokens))
     warmup = getattr(runner, "warmup_torch_compile", None) or getattr(
         runner, "warmup_compile", None
     )
+    contexts = compile_contexts()
+    if warmup is None and hasattr(runner, "_run_dummy_forward"):  # the tc_piecewise runner
+        warmup, contexts = runner._run_dummy_forward, reworked.compile_contexts()
     if warmup is None:
         return None, None, "the release's runner has no compile warm-up to compare logits through"
     top = runner.model_runner.model
@@ -325,7 +336,7 @@ def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | No
             stack.enter_context(target.attribute_replaced(top, "forward", forward))
             stack.enter_context(kernels.device_queries(sm))
             ran = stack.enter_context(fix.observing())
-            for enter in compile_contexts():
+            for enter in contexts:
                 stack.enter_context(enter())
             stack.enter_context(torch.no_grad())
             warmup(num_tokens=tokens)

@@ -2,7 +2,7 @@
 its source scanned, its own GLM-5 replayed on each SM inside it, records, verdict; and the patch
 for one release x SM written where a user can apply it.
 
-    python -m fp4lab.serving.replay run --versions 0.5.9,0.5.21 --sms 9.0,10.0,12.0
+    python -m fp4lab.serving.replay run [--versions all|0.5.9,0.5.21] [--sms 9.0,10.0,12.0]
     python -m fp4lab.serving.replay --sglang 0.5.9 --sm 12.0 --write-patch DIR
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 
 from fp4lab.core import evidence, params, paths, records, venvs
 from fp4lab.serving import standins
-from fp4lab.serving.replay import decide, env, patch, scan, versions
+from fp4lab.serving.replay import decide, env, patch, scan, timeline, versions
 
 CHILD_TIMEOUT_S = 600
 CUDA_HOME_CASES = ("unset", "/usr/local/cuda")
@@ -146,6 +146,9 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
         "story_blockers_0_5_9": decide.blockers(chain) if chain else None,
         "sm120_specific_0_5_9": decide.sm120_specific(rows, versions.STORY_VERSION),
         "by_version": decide.compact(rows),
+        "timeline": timeline.timeline(rows),
+        "not_measured_harness": {f"{r['sglang_version']} SM{r['sm']}": r["note"]
+                                 for r in rows if r["outcome"] == "not measured"},
         "evidence": evidence.of_values(rows),
     })  # fmt: skip
     return rows
@@ -156,6 +159,7 @@ def verdict(rows: list[dict]) -> str:
     passes."""
     lines = [f"SGLang {r['sglang_version']} SM{r['sm']}: {decide._what(r)}; MoE: {r['moe']}; "
              f"GLM-5 flag: {r['flag']}" for r in rows]  # fmt: skip
+    lines += [timeline.sentence(rows, sm) for sm in dict.fromkeys(r["sm"] for r in rows)]
     specific = decide.sm120_specific(rows, versions.STORY_VERSION)
     if specific is not None:
         lines.append(f"FlashInfer's FP4 quantize JIT blocked only SM120 in SGLang "
@@ -205,7 +209,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["run"]:
         parser = argparse.ArgumentParser(prog="python -m fp4lab.serving.replay run")
-        parser.add_argument("--versions", default=",".join(versions.DEFAULT_VERSIONS))
+        parser.add_argument("--versions", default=versions.ALL,
+                            help=f"{versions.ALL} (the default) or releases, comma-separated")  # fmt: skip
         parser.add_argument("--sms", default=",".join(versions.SMS))
         parser.add_argument("--cuda-home", default=",".join(CUDA_HOME_CASES))
         args = parser.parse_args(argv[1:])

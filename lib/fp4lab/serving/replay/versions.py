@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from fp4lab.core import params
 
-DEFAULT_VERSIONS = (
+VERSIONS = (
     "0.5.3.post2", "0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.21", "0.5.22", "0.5.23",
 )  # fmt: skip
 """The first release with piecewise CUDA graphs (``piecewise_cuda_graph_runner.py``,
@@ -23,7 +23,18 @@ VERSIONS = (
     "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
     "0.5.20", "0.5.21", "0.5.22", "0.5.23",
 )  # fmt: skip
-"""Every release from the first with piecewise CUDA graphs to the newest (the main ones)."""
+"""Every release from the first with piecewise CUDA graphs (``piecewise_cuda_graph_runner.py``,
+``--enable-piecewise-cuda-graph``, 0.5.3.post2) to the newest on the registry, in release order:
+what the replay measures by default (``ALL``). Adding a release is one line here."""
+
+ALL = "all"
+"""The value of ``sglang_versions`` that means every release of VERSIONS."""
+
+
+def order(version: str) -> int:
+    """A release's place in VERSIONS (release order); one not in it goes after them all."""
+    return VERSIONS.index(version) if version in VERSIONS else len(VERSIONS)
+
 
 TEST_VERSIONS = ("0.5.9",)
 """What ``make test`` replays with the real model: the story's release (each replay builds the
@@ -39,10 +50,12 @@ STORY_VERSION, STORY_SM = "0.5.9", "12.0"
 def check_versions(
     versions: list[str] | tuple[str, ...] | str, extra: tuple[str, ...] = ()
 ) -> list[str]:
-    """SGLang versions as given (a list or one comma-separated string), duplicates dropped; each
-    must be in VERSIONS (or ``extra``: a version to try as given, e.g. to record a failed install).
-    """
-    versions = params.items("sglang_versions", versions, ", ".join(VERSIONS))
+    """SGLang versions as given (a list or one comma-separated string, or ``all``: VERSIONS),
+    duplicates dropped; each must be in VERSIONS (or ``extra``: a version to try as given, e.g.
+    to record a failed install)."""
+    versions = params.items("sglang_versions", versions, f"{ALL}, {', '.join(VERSIONS)}")
+    if versions == [ALL]:
+        return list(VERSIONS)
     params.choices("sglang_versions", versions, (*VERSIONS, *extra))
     return versions
 

@@ -1,0 +1,97 @@
+"""The replay's answer as a timeline per SM: runs of consecutive releases with one outcome, the
+first release in which GLM-5 compiles, any in which it stops again, and what a user should run.
+
+Releases are in release order (``versions.order``).
+"""
+
+from __future__ import annotations
+
+from fp4lab.serving.replay import versions
+
+
+def state(row: dict) -> str:
+    """One cell in a few words: the outcome and what decided it (the first blocker, the flag,
+    the reason it is not applicable, the harness frame that failed)."""
+    if row["outcome"] == "blocked":
+        return f"blocked at {row['blocked_at']}"
+    if row["outcome"] == "compiles":
+        return f"compiles with {row['flag']}" if row["flag"] != "none needed" else "compiles"
+    if row["outcome"] == "not measured":
+        return f"not measured (harness: {row.get('harness_frame') or 'see note'})"
+    return f"not applicable ({row['why_short']})"
+
+
+def runs(rows: list[dict], sm: str) -> list[dict]:
+    """The releases of ``sm`` in release order, grouped into runs of one state."""
+    mine = sorted(
+        (r for r in rows if r["sm"] == sm), key=lambda r: versions.order(r["sglang_version"])
+    )
+    grouped: list[dict] = []
+    for row in mine:
+        said = state(row)
+        if grouped and grouped[-1]["state"] == said:
+            grouped[-1]["to"] = row["sglang_version"]
+            grouped[-1]["releases"].append(row["sglang_version"])
+        else:
+            grouped.append({"sm": sm, "from": row["sglang_version"], "to": row["sglang_version"],
+                            "releases": [row["sglang_version"]], "outcome": row["outcome"],
+                            "state": said})  # fmt: skip
+    return grouped
+
+
+def turning_points(rows: list[dict], sm: str) -> dict:
+    """The first release in which GLM-5 compiles on ``sm``, and the first after it in which it
+    is measured again and does not (None where there is none)."""
+    measured = [r for r in sorted(rows, key=lambda r: versions.order(r["sglang_version"]))
+                if r["sm"] == sm and r["outcome"] in ("blocked", "compiles")]  # fmt: skip
+    first = next((r for r in measured if r["outcome"] == "compiles"), None)
+    after = measured[measured.index(first) + 1 :] if first else []
+    stops = next((r for r in after if r["outcome"] != "compiles"), None)
+    return {"first_compiles": first and first["sglang_version"],
+            "stops_again": stops and stops["sglang_version"],
+            "stops_at": stops and state(stops)}  # fmt: skip
+
+
+def recommendation(rows: list[dict], sm: str) -> str:
+    """What a GLM-5 user on ``sm`` should run for torch.compile piecewise graphs: the newest
+    release in which it compiles as released, with its flag; else the newest release whose
+    blockers fp4lab's patch removes (compiles, equals eager); else that none is known."""
+    mine = sorted(
+        (r for r in rows if r["sm"] == sm), key=lambda r: versions.order(r["sglang_version"])
+    )
+    compiles = [r for r in mine if r["outcome"] == "compiles"]
+    if compiles:
+        r = compiles[-1]
+        flag = "no flag" if r["flag"] == "none needed" else f"`{r['flag']}`"
+        return f"SGLang {r['sglang_version']} with {flag} (compiles as released, equals eager)"
+    patched = [r for r in mine if r["outcome"] == "blocked" and r["compiles_with_patch"]
+               and r["equals_eager"]]  # fmt: skip
+    if patched:
+        r = patched[-1]
+        return (f"SGLang {r['sglang_version']} with `{r['flag']}` and fp4lab's patch "
+                f"({'+'.join(r['patch'])}: `python -m fp4lab.serving.replay --sglang "
+                f"{r['sglang_version']} --sm {sm} --write-patch DIR`)")  # fmt: skip
+    return "no release measured here lets GLM-5 through torch.compile piecewise graphs"
+
+
+def sentence(rows: list[dict], sm: str) -> str:
+    """One sentence per SM: its runs, the turning points and the recommendation."""
+    said = "; ".join(
+        f"{g['from']}" + (f"-{g['to']}" if g["to"] != g["from"] else "") + f" {g['state']}"
+        for g in runs(rows, sm)
+    )
+    points = turning_points(rows, sm)
+    first = (f"first compiles in {points['first_compiles']}" if points["first_compiles"]
+             else "compiles in no measured release")  # fmt: skip
+    again = (f", stops again in {points['stops_again']} ({points['stops_at']})"
+             if points["stops_again"] else "")  # fmt: skip
+    return f"SM{sm}: {said}. GLM-5 {first}{again}. Run: {recommendation(rows, sm)}."
+
+
+def timeline(rows: list[dict]) -> dict:
+    """Per SM: its runs, turning points, recommendation and sentence, for the records."""
+    return {
+        sm: {"runs": runs(rows, sm), **turning_points(rows, sm),
+             "recommendation": recommendation(rows, sm), "sentence": sentence(rows, sm)}
+        for sm in dict.fromkeys(r["sm"] for r in rows)
+    }  # fmt: skip

@@ -1,0 +1,145 @@
+"""Notebook 11's decisions without a replay: a failure of fp4lab's harness is "not measured", never
+"not applicable"; "not applicable" only on the release's own evidence; the timeline per SM; the
+release layouts the replay knows, read from files; one rank's values filled by signature."""
+
+from __future__ import annotations
+
+import pytest
+
+from fp4lab.serving.replay import decide, layout, ranks, timeline, versions
+
+PREFILL = {"options": ["--cuda-graph-backend-prefill"], "help": "Backend for the prefill phase.",
+           "choices": ["full", "breakable", "tc_piecewise", "disabled"], "default": None}  # fmt: skip
+
+
+def test_a_registry_that_failed_to_import_is_not_measured_not_not_applicable():
+    """Shaped like 0.5.16's replay before its environment held xgrammar: the model registry
+    imported nothing, and the parser could not be built either. That is fp4lab's environment,
+    not SGLang: not measured, with the frame, never "not applicable"."""
+    replay = {"build_error": "LookupError: the release's model registry has none of ...",
+              "build_frames": ["fp4lab/serving/replay/child.py:230:replay",
+                               "fp4lab/serving/replay/model.py:108:_architecture"],
+              "piecewise_options": [],
+              "piecewise_options_error": "ModuleNotFoundError: No module named 'xgrammar'"}  # fmt: skip
+    row = decide.cell("0.5.16", "12.0", replay)
+    assert row["outcome"] == "not measured"
+    assert row["harness_frame"] == "fp4lab/serving/replay/model.py:108:_architecture"
+    assert row["note"].startswith("fp4lab's harness failed at fp4lab/serving/replay/model.py:108")
+    parsed = {k: v for k, v in replay.items() if k != "piecewise_options_error"}
+    read = decide.cell("0.5.16", "12.0", {**parsed, "piecewise_options": [PREFILL]})
+    assert read["outcome"] == "not measured", "the parser offers tc_piecewise: no excuse"
+
+
+def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():
+    broken = {"build_error": "AttributeError: 'ModuleNotFoundError' object has no attribute "
+              "'get_num_sms'", "build_frames": ["sglang/srt/layers/attention/dsa/dsa_indexer.py:"
+                                                "339:__init__"],
+              "piecewise_options": [PREFILL]}  # fmt: skip
+    drive = {"piecewise_options": [PREFILL], "harness_error": {
+        "error": "AttributeError: 'PiecewiseCudaGraphRunner' object has no attribute 'input_ids'",
+        "frames": ["fp4lab/serving/replay/runner.py:307:output"],
+        "harness_frame": "fp4lab/serving/replay/runner.py:307:output"}}  # fmt: skip
+    crashed = {"error": "the GLM-5 replay of SGLang 0.5.13 on SM12.0 timed out after 600 s"}
+    rows = [decide.cell("0.5.13", sm, r) for sm, r in
+            (("9.0", broken), ("10.0", drive), ("12.0", crashed))]  # fmt: skip
+    assert [r["outcome"] for r in rows] == ["not measured"] * 3
+    assert rows[0]["harness_frame"].endswith(":__init__") and "get_num_sms" in rows[0]["note"]
+    assert rows[1]["harness_frame"] == "fp4lab/serving/replay/runner.py:307:output"
+    compiles = decide.cell("0.5.16", "12.0", {
+        "piecewise_options": [PREFILL], "chain": [], "fix": {
+            "steps": [{"status": "compiled", "signature": "ok"}], "parts": [], "compiles": True,
+            "equals_eager": True, "pieces": 3}})  # fmt: skip
+    said = decide.decision([*rows, compiles])
+    assert said["verdict"] == "UNBLOCKED"
+    assert said["number"] == ("compiles in 1, blocked in 0 of 1 reachable release x SM traced; "
+                              "3 not measured (fp4lab's harness failed)")  # fmt: skip
+    assert "not measured (harness): 0.5.13 SM9.0, 0.5.13 SM10.0, 0.5.13 SM12.0" in said["why"]
+
+
+def test_not_applicable_needs_the_releases_own_evidence():
+    absent = decide.cell("0.5.3.post2", "12.0", {
+        "build_error": "ModelAbsent: ...", "model_absent": "the release's model files define "
+        "none of GlmMoeDsaForCausalLM, DeepseekV32ForCausalLM", "piecewise_options": []})  # fmt: skip
+    assert absent["outcome"] == "not applicable" and "model files define none" in absent["note"]
+    refused = decide.cell("0.5.9", "9.0", {"build_error": "ValueError: ...", "min_capability": 100,
+                                           "piecewise_options": [PREFILL]})  # fmt: skip
+    assert refused["outcome"] == "not applicable" and "SM10.0+" in refused["note"]
+    no_option = decide.cell("0.5.2", "12.0", {"build_error": "LookupError: ...",
+                                              "piecewise_options": []})  # fmt: skip
+    assert no_option["outcome"] == "not applicable", "the parser was read and has no option"
+    assert no_option["note"].startswith("the release's parser has no piecewise CUDA graph option")
+
+
+def _row(version: str, sm: str, outcome: str, **extra: object) -> dict:
+    base = {"sglang_version": version, "sm": sm, "outcome": outcome, "flag": "none needed",
+            "blocked_at": None, "patch": [], "compiles_with_patch": None, "equals_eager": None,
+            "harness_frame": None, "why_short": "", "note": ""}  # fmt: skip
+    return {**base, **extra}
+
+
+def test_the_timeline_groups_runs_of_releases_and_names_the_turning_points():
+    v = versions.VERSIONS
+    rows = [
+        _row(v[0], "12.0", "not applicable", why_short="the release refuses NVFP4"),
+        _row(v[7], "12.0", "blocked", blocked_at="subprocess", patch=["fp4_quantize_op"],
+             compiles_with_patch=True, equals_eager=True, flag="--enable-piecewise-cuda-graph"),
+        _row(v[8], "12.0", "blocked", blocked_at="subprocess"),
+        _row(v[11], "12.0", "compiles", equals_eager=True, flag="--enforce-piecewise-cuda-graph"),
+        _row(v[12], "12.0", "compiles", equals_eager=True, flag="--enforce-piecewise-cuda-graph"),
+        _row(v[19], "12.0", "blocked", blocked_at="SGLang's is_musa() import probe"),
+        _row(v[20], "12.0", "not measured", harness_frame="fp4lab/x.py:1:f"),
+    ]  # fmt: skip
+    runs = timeline.runs(list(reversed(rows)), "12.0")  # release order, whatever the rows' order
+    assert [(r["from"], r["to"], r["state"]) for r in runs] == [
+        (v[0], v[0], "not applicable (the release refuses NVFP4)"),
+        (v[7], v[8], "blocked at subprocess"),
+        (v[11], v[12], "compiles with --enforce-piecewise-cuda-graph"),
+        (v[19], v[19], "blocked at SGLang's is_musa() import probe"),
+        (v[20], v[20], "not measured (harness: fp4lab/x.py:1:f)"),
+    ]
+    points = timeline.turning_points(rows, "12.0")
+    assert (points["first_compiles"], points["stops_again"]) == (v[11], v[19])
+    assert timeline.recommendation(rows, "12.0").startswith(
+        f"SGLang {v[12]} with `--enforce-piecewise-cuda-graph`"
+    )
+    never = [r for r in rows if r["outcome"] != "compiles"]
+    assert timeline.recommendation(never, "12.0").startswith(f"SGLang {v[7]} with ")
+    assert "--write-patch" in timeline.recommendation(never, "12.0")
+    sentence = timeline.sentence(rows, "12.0")
+    assert (
+        sentence.startswith(f"SM12.0: {v[0]} not applicable")
+        and f"first compiles in {v[11]}" in sentence
+    )
+
+
+def test_the_layout_is_read_from_the_releases_files_and_an_unknown_one_is_named(tmp_path):
+    root = tmp_path / "sglang"
+    (root / "srt" / "models").mkdir(parents=True)
+    with pytest.raises(layout.LayoutError, match="runner lacks srt/model_executor/piecewise_cuda"):
+        layout.family(root)
+    for file in (*layout.FAMILIES["runner"], "srt/layers/attention/nsa/nsa_indexer.py"):
+        (root / file).parent.mkdir(parents=True, exist_ok=True)
+        (root / file).write_text("")
+    assert layout.family(root) == "runner"
+    (root / "srt/models/glm4_moe.py").write_text("class GlmMoeDsaForCausalLM(Base):\n    pass\n")
+    assert layout.classes_in_source(root, ("GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM")) == (
+        "GlmMoeDsaForCausalLM",
+    )
+    assert layout.model_module(root, "GlmMoeDsaForCausalLM") == "sglang.srt.models.glm4_moe"
+    for file in layout.FAMILIES["reworked"]:
+        (root / file).parent.mkdir(parents=True, exist_ok=True)
+        (root / file).write_text("")
+    assert layout.family(root) == "runner", "the first family whose files are all there"
+
+
+def test_one_ranks_values_fill_a_set_up_call_by_name_and_an_unknown_parameter_is_named():
+    def set_up(*, server_args, tp_size, moe_ep_rank, gpu_id, timeout=30):
+        return server_args, tp_size, moe_ep_rank, gpu_id, timeout
+
+    assert ranks.call(set_up, server_args="args", unused=1) == ("args", 1, 0, 0, 30)
+
+    def needs_more(*, spec_algorithm):
+        return spec_algorithm
+
+    with pytest.raises(layout.LayoutError, match="requires 'spec_algorithm'"):
+        ranks.call(needs_more)
