@@ -2,10 +2,11 @@
 
 Bad releases, SMs, CUDA_HOME values and patch-writer arguments are refused before any install;
 an install that fails is recorded and the other releases go on; the notebook, run on the story's
-release (``versions.TEST_VERSIONS``) and every SM, builds the release's GlmMoeDsaForCausalLM,
+release and every SM, builds the release's GlmMoeDsaForCausalLM,
 reproduces the story's three signatures through its runner with the model's frames in the stack,
 follows CUDA_HOME to the first frame, and applies the patch part by part until the model compiles
-to the expected pieces and equals eager.
+to the expected pieces and equals eager. A later release (``versions.TEST_VERSIONS``), replayed on
+SM12.0 the same way, lets the same model through as released: the verdict comes out either way.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import torch
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
 from fp4lab.serving import standins
-from fp4lab.serving.replay import decide, env, patch, scan, split_check, study, versions
+from fp4lab.serving.replay import decide, env, patch, scan, split_check, study, timeline, versions
 from fp4lab.serving.replay import runner as replay_runner
 
 pytestmark = pytest.mark.environments
@@ -156,10 +157,55 @@ def notebook_records(tmp_path_factory):
         patch.setenv("FP4LAB_DATA_DIR", str(out / "data"))
         patch.setenv("FP4LAB_FIGURES_DIR", str(out / "figures"))
         (nb,) = [n for n in catalog.notebooks() if n.name == NAME]
-        parameters = {"sglang_versions": list(versions.TEST_VERSIONS), "sms": list(versions.SMS)}
+        parameters = {"sglang_versions": [versions.STORY_VERSION], "sms": list(versions.SMS)}
         runner.execute(nb, out / "executed", parameters)
         figure = (paths.figures_dir() / f"{NAME}.png").exists()
         return [*records.read(NAME), {"kind": "figure", "values": {"written": figure}}]
+
+
+@pytest.fixture(scope="module")
+def later_release():
+    """The release of TEST_VERSIONS after the story's, replayed on SM12.0 as notebook 11 does:
+    its environment record, its replay and its decision."""
+    version = versions.TEST_VERSIONS[-1]
+    run = study.measure_version(version, ["12.0"], ["unset"], progress=lambda _: None)
+    assert run.environment.ok, run.environment.error
+    replay = run.replays["12.0"]
+    return run, replay, decide.cell(version, "12.0", replay, run.calls)
+
+
+def test_a_later_release_lets_glm5_through_as_released_and_equals_eager(later_release):
+    run, replay, row = later_release
+    assert run.environment.differs == ["torch: release pins ==2.11.0, installed 2.13.0+cpu"]
+    assert "error" not in replay and "harness_error" not in replay, replay
+    assert replay["facts"]["model_class"] == "sglang.srt.models.glm4_moe.GlmMoeDsaForCausalLM"
+    assert replay["facts"]["layout"]["family"] == "reworked"
+    assert replay["eager_release"]["status"] == "compiled", "the eager pass runs whole"
+    fixed = replay["fix"]
+    assert (fixed["parts"], fixed["compiles"], fixed["equals_eager"]) == ([], True, True)
+    assert fixed["pieces"] >= 3 and fixed["kernel"].startswith("fp4lab reference")
+    assert "sglang.flashinfer_fp4_quantize" in fixed["graph_custom_ops"], "SGLang's own op"
+    assert (row["outcome"], row["flag"]) == (
+        "compiles",
+        "--cuda-graph-backend-prefill tc_piecewise",
+    )
+    assert replay["fix"]["steps"][0]["entry"].endswith("ModelRunner.init_cuda_graphs")
+
+
+def test_the_timeline_puts_the_two_outcomes_in_release_order(notebook_records, later_release):
+    _, _, later = later_release
+    story = [r for r in _of(notebook_records, "decision") if r["sm"] == "12.0"]
+    runs = timeline.runs([*story, later], "12.0")
+    assert [(g["from"], g["outcome"]) for g in runs] == [
+        (versions.STORY_VERSION, "blocked"),
+        (versions.TEST_VERSIONS[-1], "compiles"),
+    ]
+    points = timeline.turning_points([*story, later], "12.0")
+    assert points["first_compiles"] == versions.TEST_VERSIONS[-1]
+    summary = _of(notebook_records, "summary")[-1]
+    assert summary["timeline"]["12.0"]["sentence"].startswith(
+        f"SM12.0: {versions.STORY_VERSION} blocked at subprocess."
+    )
 
 
 def _of(found: list[dict], kind: str) -> list[dict]:
@@ -268,7 +314,7 @@ def test_the_environment_says_where_its_torch_differs_from_the_pin(notebook_reco
     assert removed["removed"] and removed["bytes"] > 100 * 2**20, "the CUDA op libraries"
 
 
-@pytest.mark.parametrize("version", versions.TEST_VERSIONS)
+@pytest.mark.parametrize("version", [versions.STORY_VERSION])
 def test_sglangs_own_split_cuts_the_same_graph_into_the_same_pieces(version, tmp_path):
     """compile.piecewise splits as the release's split_graph does, and notebook 04's token counts
     (its CPU default and the GPU run's) are sizes the release's prefill capture list holds."""

@@ -21,6 +21,7 @@ import glob
 import importlib
 import importlib.util
 import json
+import sys
 import sysconfig
 import time
 import types
@@ -189,6 +190,11 @@ def gpu_memory_mib(sm: tuple[int, int]) -> int:
     return {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
 
 
+MEMORY_ASKED_IN = ("sglang.srt.arg_groups.memory_hook", "sglang.srt.arg_groups.pipeline")
+"""Modules of reworked releases whose resolution asks the GPU's memory (imported first, so that
+their binding is replaced too)."""
+
+
 def _server_args(
     checkpoint: Path, sm: tuple[int, int], rework: bool
 ) -> tuple[Any, list[dict], dict]:
@@ -202,13 +208,18 @@ def _server_args(
     memory = gpu_memory_mib(sm)
     listed = [kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
-    hook = "sglang.srt.arg_groups.memory_hook"  # where reworked releases from 0.5.2x ask
-    owners = [module, *([importlib.import_module(hook)] if importlib.util.find_spec(hook) else [])]
+    for hook in MEMORY_ASKED_IN:
+        if importlib.util.find_spec(hook):
+            importlib.import_module(hook)
+    asked = getattr(module, "get_device_memory_capacity", None) or kernels.attribute(
+        "sglang.srt.utils.common", "get_device_memory_capacity"
+    )
+    owners = [m for name, m in list(sys.modules.items()) if asked is not None
+              and name.startswith("sglang.") and getattr(m, "get_device_memory_capacity", None) is asked]  # fmt: skip
     with contextlib.ExitStack() as stack:
-        for owner in owners:
-            if hasattr(owner, "get_device_memory_capacity"):
-                stack.enter_context(target.attribute_replaced(
-                    owner, "get_device_memory_capacity", lambda *a: memory))  # fmt: skip
+        for owner in owners:  # every module that binds it, and its own
+            stack.enter_context(target.attribute_replaced(
+                owner, "get_device_memory_capacity", lambda *a: memory))  # fmt: skip
         args = module.ServerArgs(model_path=str(checkpoint), **given)
         if rework:
             reworked.publish(args)

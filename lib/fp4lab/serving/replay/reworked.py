@@ -154,8 +154,8 @@ SET_UP_ELSEWHERE = {
 that asks the GPU for its free memory (80 GB answer), wherever the release keeps it."""
 
 ONE_GPU = {"tp_rank": 0, "pp_rank": 0, "dp_size": 1, "moe_ep_size": 1, "moe_ep_rank": 0,
-           "attn_cp_size": 1, "attn_cp_rank": 0, "moe_dp_size": 1, "dist_port": 0,
-           "local_omp_cpuid": None}  # fmt: skip
+           "attn_cp_size": 1, "attn_cp_rank": 0, "moe_dp_size": 1, "dcp_size": 1, "dcp_rank": 0,
+           "dist_port": 0, "local_omp_cpuid": None}  # fmt: skip
 """The placement ``ModelRunner.__init__`` stores for one rank of one GPU (0.5.14, 0.5.15 keep it
 on the runner; later releases in a ``ParallelState``)."""
 
@@ -195,7 +195,8 @@ def host(values: dict, kv_cache_dtype: str) -> Any:
         runner._prepare_moe_topk()
     if hasattr(module, "resolve_layer_indices"):
         runner.layer_info = ranks.call(module.resolve_layer_indices, **given)
-    runner.init_ngram_embedding_manager()
+    if hasattr(runner, "init_ngram_embedding_manager"):  # from 0.5.16
+        runner.init_ngram_embedding_manager()
     runner.support_pp = "pp_proxy_tensors" in inspect.signature(runner.model.forward).parameters
     return runner
 

@@ -88,6 +88,11 @@ def sentence(rows: list[dict], sm: str) -> str:
     return f"SM{sm}: {said}. GLM-5 {first}{again}. Run: {recommendation(rows, sm)}."
 
 
+def text(rows: list[dict]) -> str:
+    """Every SM's sentence, one per line."""
+    return "\n".join(sentence(rows, sm) for sm in dict.fromkeys(r["sm"] for r in rows))
+
+
 def timeline(rows: list[dict]) -> dict:
     """Per SM: its runs, turning points, recommendation and sentence, for the records."""
     return {
