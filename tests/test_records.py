@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import re
+import sys
 
 import pytest
 
@@ -203,3 +205,35 @@ def test_committed_results_come_from_clean_trees():
     for sidecar in sorted((paths.REPO_ROOT / "figures").rglob("*.json")):
         git = json.loads(sidecar.read_text())["provenance"]["git"]
         assert git["dirty"] is False, (sidecar.name, git)
+
+
+def test_non_finite_numbers_are_written_as_null_and_named(isolated_outputs):
+    written = records.append("00_t", "x", {"rate": float("inf"), "rows": [1.0, float("nan")]})
+    line = (paths.data_dir() / "00_t.jsonl").read_text().splitlines()[-1]
+    strict = json.loads(line, parse_constant=_refuse)
+    assert strict["values"] == {"rate": None, "rows": [1.0, None]} == written["values"]
+    assert strict["non_finite"] == {"values.rate": "Infinity", "values.rows[1]": "NaN"}
+
+
+def test_paths_of_this_machine_are_written_relative(isolated_outputs):
+    site = f"{sys.prefix}/lib/python3.11/site-packages/torch/cuda/memory.py"
+    values = {"frame": f"{paths.REPO_ROOT}/lib/fp4lab/core/records.py:1:f", "file": site,
+              "model": f"{paths.build_dir()}/live/abc/tiny_model", "other": "/usr/local/cuda"}  # fmt: skip
+    written = records.append("00_t", "x", values)["values"]
+    assert written == {"frame": "lib/fp4lab/core/records.py:1:f", "file": "torch/cuda/memory.py",
+                       "model": "build/live/abc/tiny_model", "other": "/usr/local/cuda"}  # fmt: skip
+
+
+def _refuse(constant: str) -> None:
+    raise ValueError(f"{constant} is not strict JSON")
+
+
+def test_every_committed_line_is_strict_json_naming_no_machine_path():
+    """Every line of data/ parses with a strict reader (no NaN, no Infinity) and names no absolute
+    path of a checkout or an installed package."""
+    machine = re.compile(r"(?:/[^\s\"']+)+/(?:site-packages|dist-packages|lib/fp4lab|build)/")
+    for path in sorted(paths.COMMITTED_DATA.rglob("*.jsonl")):
+        for number, line in enumerate(path.read_text().splitlines(), 1):
+            json.loads(line, parse_constant=_refuse)
+            found = machine.search(line)
+            assert found is None, f"{path.name}:{number}: {found and found[0]}"

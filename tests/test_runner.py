@@ -11,7 +11,7 @@ import time
 import nbformat
 import pytest
 
-from fp4lab.core import records, runner
+from fp4lab.core import paths, records, runner
 
 
 def _notebook(folder, name: str, source: str, **meta) -> None:
@@ -91,3 +91,36 @@ def test_a_parameter_the_notebook_does_not_declare_is_refused_before_its_kernel_
     with pytest.raises(ValueError, match=r"^01_one has no parameter tokenz; allowed values: x$"):
         runner.execute(nb, tmp_path / "executed", {"tokenz": 3})
     assert not (tmp_path / "executed").exists()
+
+
+def test_papermill_by_hand_refuses_a_parameter_the_notebook_does_not_declare(tmp_path):
+    """The README's route (papermill run by hand) on notebook 01: fp4lab.setup() in the cell
+    after the parameters names the undeclared one and the declared ones, and the run fails."""
+    notebook = paths.NOTEBOOKS_DIR / "01_nvcc_subprocess_crash.ipynb"
+    out = tmp_path / "01.ipynb"
+    done = subprocess.run(
+        [sys.executable, "-m", "papermill", str(notebook), str(out), "-k", "fp4lab",
+         "-p", "tokenz", "64", "--cwd", str(notebook.parent)],
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode != 0, done.stdout[-2000:]
+    error = [o for c in nbformat.read(out, 4).cells for o in c.get("outputs", [])
+             if o.get("output_type") == "error"]  # fmt: skip
+    assert error and error[0]["ename"] == "ValueError", error
+    assert error[0]["evalue"].startswith("this notebook has no parameter tokenz; allowed values: ")
+
+
+def test_the_injected_cell_is_read_against_the_parameters_cell_before_it():
+    from fp4lab.core import injected
+
+    history = [
+        "",
+        "tokens = 16  # one\nsms = ['12.0']",
+        "# Parameters\ntokenz = 64\nsms = ['9.0']\n",
+    ]
+    assert injected.undeclared(history) == (["tokenz"], ["sms", "tokens"])
+    assert injected.undeclared([*history[:2], "# Parameters\ntokens = 8\n"]) == (
+        [],
+        ["sms", "tokens"],
+    )
+    assert injected.undeclared(history[:2]) == ([], []), "no papermill: nothing to check"

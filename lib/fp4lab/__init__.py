@@ -14,10 +14,14 @@ __version__ = "0.1.0"
 
 
 def setup() -> None:
-    """Point every dependency's cache into the repository's build/cache (call before importing
-    torch), and have this process stopped when its parent dies (``core.process``)."""
+    """Refuse a parameter papermill injected that the notebook does not declare
+    (``core.injected``), point every dependency's cache into the repository's build/cache (call
+    before importing torch), and have this process stopped when its parent dies
+    (``core.process``)."""
+    from fp4lab.core.injected import refuse_undeclared
     from fp4lab.core.paths import use_build_caches
     from fp4lab.core.process import exit_with_parent
 
+    refuse_undeclared()
     use_build_caches()
     exit_with_parent()

@@ -98,6 +98,10 @@ def _jsonable(value: object) -> object:
 SITE_PACKAGES = re.compile(r"(?:/[^\s'\"():]+)*/(?:site|dist)-packages/")
 """An installed package's folder, up to and including ``site-packages/``."""
 
+CHECKOUT = re.compile(r"(?:/[^\s'\"():/]+)+/(?=(?:lib/fp4lab|build)/)")
+"""The folder of a checkout of this project (any machine's), before its ``lib/fp4lab/`` or
+``build/``."""
+
 
 def portable(value: object, where: str = "", non_finite: dict | None = None) -> object:
     """``value`` as strict JSON that names no folder of this machine: NaN and infinities become
@@ -111,10 +115,10 @@ def portable(value: object, where: str = "", non_finite: dict | None = None) -> 
             )
         return None
     if isinstance(value, str):
-        value = SITE_PACKAGES.sub("", value)
+        value = CHECKOUT.sub("", SITE_PACKAGES.sub("", value))
         for root, said in ((paths.build_dir(), "build"), (paths.REPO_ROOT, ".")):
             value = value.replace(f"{root}/", f"{said}/").replace(str(root), said)
-        return value.replace("./build/", "build/")
+        return value
     if isinstance(value, dict):
         return {k: portable(v, f"{where}.{k}".lstrip("."), non_finite) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
