@@ -153,7 +153,9 @@ def sglang_per_sm() -> str:
     if not timeline:
         return ""
     lines = "\n".join(f"- {t['sentence']}" for t in timeline.values())
-    return f"**GLM-5 through SGLang's releases, per SM** (trace on a simulated target):\n{lines}\n\n"
+    return (
+        f"**GLM-5 through SGLang's releases, per SM** (trace on a simulated target):\n{lines}\n\n"
+    )
 
 
 def provenance_table() -> pd.DataFrame:

@@ -625,19 +625,23 @@ def _marlin_moe_zero(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> 
 REPLACED = (
     ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", _act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.3-0.5.12), traced and run: one opaque op "
-     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale"),
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
+     "SGLang's Python wrapper around the launch is not traced here"),
     ("sglang.srt.layers.attention.dsa.triton_kernel", "act_quant", _act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.13 on), traced and run: one opaque op "
-     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale"),
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
+     "SGLang's Python wrapper around the launch is not traced here"),
     ("sglang.kernels.ops.attention.dsa.triton_kernel", "act_quant", _act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.2x home), traced and run: one opaque op "
-     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale"),
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
+     "SGLang's Python wrapper around the launch is not traced here"),
     ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", _triton_router,
      "SGLang's Triton MoE router (0.5.2x), traced and run: SGLang's own torch grouped top-k "
      "(biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked here"),
     ("sglang.jit_kernel.moe_fused_gate", "moe_fused_gate", _triton_router,
      "SGLang's Triton MoE router at its 0.5.1x home, traced and run: SGLang's own torch grouped "
-     "top-k (biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked"),
+     "top-k (biased_grouped_topk_impl) behind one opaque op; SGLang's Python wrapper around the "
+     "launch is not traced here, nor whether dynamo takes the launch"),
     ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", _marlin_workspace,
      "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
     ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",
