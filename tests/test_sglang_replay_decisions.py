@@ -125,7 +125,6 @@ def test_the_layout_is_read_from_the_releases_files_and_an_unknown_one_is_named(
     assert layout.classes_in_source(root, ("GlmMoeDsaForCausalLM", "DeepseekV32ForCausalLM")) == (
         "GlmMoeDsaForCausalLM",
     )
-    assert layout.model_module(root, "GlmMoeDsaForCausalLM") == "sglang.srt.models.glm4_moe"
     for file in layout.FAMILIES["reworked"]:
         (root / file).parent.mkdir(parents=True, exist_ok=True)
         (root / file).write_text("")

@@ -95,15 +95,6 @@ def classes_in_source(root: Path, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if n in found)
 
 
-def model_module(root: Path, name: str) -> str | None:
-    """The release module that defines class ``name`` (its own file, as its registry loads it)."""
-    pattern = re.compile(rf"^class {re.escape(name)}\b", re.MULTILINE)
-    for path in sorted(root.glob(MODEL_FILES)):
-        if pattern.search(path.read_text(errors="replace")):
-            return f"sglang.srt.models.{path.stem}"
-    return None
-
-
 @cache
 def probe(architectures: tuple[str, ...]) -> Layout:
     """The installed release's layout (see the module docstring)."""

@@ -19,7 +19,6 @@ import contextlib
 import ctypes
 import glob
 import importlib
-import importlib.util
 import json
 import sys
 import sysconfig
@@ -105,18 +104,11 @@ class ModelAbsent(LookupError):
 
 
 def _architecture(found: layout.Layout) -> str:
-    """The first of ARCHITECTURES the release's source defines, its module imported (an import
-    failure there is this environment's, raised as it is) and found in the release's registry."""
-    from sglang.srt.models.registry import ModelRegistry
-
+    """The first of ARCHITECTURES the release's source defines (its registry is asked by the
+    release's own loader, once the parallel groups its model modules need at import exist)."""
     if not found.model_classes:
         raise ModelAbsent(f"the release's model files define none of {', '.join(ARCHITECTURES)}")
-    architecture = found.model_classes[0]
-    importlib.import_module(layout.model_module(found.root, architecture))
-    if architecture not in ModelRegistry.get_supported_archs():
-        raise LookupError(f"{architecture} is defined in the release's source, and its registry "
-                          f"lacks it")  # fmt: skip
-    return architecture
+    return found.model_classes[0]
 
 
 def _cpu(device: Any) -> Any:
@@ -209,7 +201,7 @@ def _server_args(
     listed = [kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
     for hook in MEMORY_ASKED_IN:
-        if importlib.util.find_spec(hook):
+        with contextlib.suppress(ImportError):  # a release without it
             importlib.import_module(hook)
     asked = getattr(module, "get_device_memory_capacity", None) or kernels.attribute(
         "sglang.srt.utils.common", "get_device_memory_capacity"
