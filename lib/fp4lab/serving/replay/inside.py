@@ -16,6 +16,7 @@ from collections.abc import Iterator
 from typing import Any
 
 import torch
+from torch.overrides import TorchFunctionMode
 
 from fp4lab.compile import frames, target, trace
 
@@ -178,3 +179,26 @@ def failed(outcome: trace.TraceOutcome, exc: Exception) -> tuple[str, list[str]]
     real = getattr(exc, "real_stack", None) or inner
     outcome.frames = found + [f for f in frames.user_frames(real) if f not in found]
     return cause, [str(f) for f in found]
+
+
+def _cpu(device: Any) -> Any:
+    if isinstance(device, torch.device) and device.type == "cuda":
+        return torch.device("cpu")
+    if isinstance(device, str) and device.startswith("cuda"):
+        return "cpu"
+    return "cpu" if isinstance(device, int) and not isinstance(device, bool) else device
+
+
+class CudaOnCpu(TorchFunctionMode):
+    """Tensors SGLang creates or moves to ``cuda`` during set-up land on the CPU (its device
+    checks say CUDA: they were answered by the simulated GPU and are cached)."""
+
+    def __torch_function__(self, func, types, args=(), kwargs=None):
+        kwargs = dict(kwargs or {})
+        if func is torch.Tensor.cuda:
+            return args[0]
+        if "device" in kwargs:
+            kwargs["device"] = _cpu(kwargs["device"])
+        if func is torch.Tensor.to:
+            args = tuple(_cpu(a) if i else a for i, a in enumerate(args))
+        return func(*args, **kwargs)

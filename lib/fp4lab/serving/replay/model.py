@@ -30,12 +30,20 @@ from pathlib import Path
 from typing import Any
 
 import torch
-from torch.overrides import TorchFunctionMode
 
 from fp4lab.compile import target
 from fp4lab.core import glm5
 from fp4lab.serving import read_parser
-from fp4lab.serving.replay import inside, kernels, layout, quantize, ranks, reworked
+from fp4lab.serving.replay import (
+    attention,
+    decide,
+    inside,
+    kernels,
+    layout,
+    quantize,
+    ranks,
+    reworked,
+)  # fmt: skip
 
 CONFIG = {
     "architectures": [glm5.ARCHITECTURE], "model_type": "deepseek_v3", "torch_dtype": "bfloat16",
@@ -111,29 +119,6 @@ def _architecture(found: layout.Layout) -> str:
     return found.model_classes[0]
 
 
-def _cpu(device: Any) -> Any:
-    if isinstance(device, torch.device) and device.type == "cuda":
-        return torch.device("cpu")
-    if isinstance(device, str) and device.startswith("cuda"):
-        return "cpu"
-    return "cpu" if isinstance(device, int) and not isinstance(device, bool) else device
-
-
-class CudaOnCpu(TorchFunctionMode):
-    """Tensors SGLang creates or moves to ``cuda`` during set-up land on the CPU (its device
-    checks say CUDA: they were answered by the simulated GPU and are cached)."""
-
-    def __torch_function__(self, func, types, args=(), kwargs=None):
-        kwargs = dict(kwargs or {})
-        if func is torch.Tensor.cuda:
-            return args[0]
-        if "device" in kwargs:
-            kwargs["device"] = _cpu(kwargs["device"])
-        if func is torch.Tensor.to:
-            args = tuple(_cpu(a) if i else a for i, a in enumerate(args))
-        return func(*args, **kwargs)
-
-
 class _Stream:
     """``torch.cuda.Stream`` during set-up: SGLang makes an alternate stream it uses only while
     capturing CUDA graphs."""
@@ -172,7 +157,7 @@ def _setup_standins(sm: tuple[int, int]) -> Iterator[list[dict]]:
     with (
         target.attribute_replaced(torch.cuda, "Stream", _Stream),
         kernels.device_queries(sm),
-        CudaOnCpu(),
+        inside.CudaOnCpu(),
     ):
         yield listed
 
@@ -257,8 +242,6 @@ def _facts(model: Any) -> dict:
 def glm5_server_flags() -> dict:
     """The piecewise options a GLM-5 user passes to this release (``decide.glm5_flags`` on its
     own parser and auto-disable rule) as ``ServerArgs`` fields."""
-    from fp4lab.serving.replay import decide
-
     flags, _ = decide.glm5_flags(piecewise_options(), glm5_auto_disabled()["disabled"])
     fields: dict = {}
     for i, flag in enumerate(flags or []):
@@ -282,8 +265,8 @@ def host_values(built: Built) -> dict:
         "is_generation": True, "dtype": built.model_config.dtype,
         "spec_algorithm": spec.from_string(built.server_args.speculative_algorithm) if spec else None,
         "req_to_token_pool": types.SimpleNamespace(size=4),
-        "token_to_kv_pool": kernels.KVPool(built.facts["server_args"]["page_size"]),
-        "attn_backend": kernels.AttentionBackend(),
+        "token_to_kv_pool": attention.KVPool(built.facts["server_args"]["page_size"]),
+        "attn_backend": attention.AttentionBackend(),
     }  # fmt: skip
 
 
@@ -344,7 +327,7 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     standins += (
         kernels.sglang_op_kernels() + kernels.aten_cpu_kernels() + kernels.eager_only_kernels()
     )
-    standins += [*kernels.replaced_kernels(), kernels.ATTENTION, kernels.KV_POOL]
+    standins += [*kernels.replaced_kernels(), attention.ATTENTION, attention.KV_POOL]
     facts = {**_facts(model), "architecture": architecture, "layout": found.as_record(),
              "loader": type(loader).__name__, "server_args": backends,
              "simulated_gpu": patched, "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip

@@ -9,6 +9,7 @@ GEMM configuration.
 
 from __future__ import annotations
 
+import importlib
 import inspect
 from typing import Any
 
@@ -49,7 +50,10 @@ def call(function: Any, **given: Any) -> Any:
 def parallel_groups(server_args: Any, model_config: Any) -> None:
     """The release's parallel groups on one gloo process and its configuration (see the module
     docstring)."""
-    bootstrap = kernels.attribute("sglang.srt.distributed", "bootstrap")
+    try:
+        bootstrap = importlib.import_module("sglang.srt.distributed.bootstrap")
+    except ImportError:  # 0.5.15 and before
+        bootstrap = None
     if bootstrap is not None:
         call(bootstrap._init_parallel_groups, backend="gloo",
              dist_init_method="tcp://127.0.0.1:0", server_args=server_args,

@@ -25,7 +25,7 @@ import torch
 from torch.overrides import _pop_mode_temporarily
 
 from fp4lab.compile import target
-from fp4lab.serving.replay import kernels, ranks
+from fp4lab.serving.replay import inside, kernels, ranks
 
 TOKENS_FIELD = "cuda_graph_max_bs_prefill"
 """The reworked parser's cap on prefill capture sizes (tokens, for ``tc_piecewise``)."""
@@ -211,8 +211,6 @@ def driven(eager: bool) -> Iterator[Any]:
     """While ``ModelRunner.init_cuda_graphs(capture_decode_cuda_graph=False)`` runs: capture left
     out, the compile pass run outside the set-up's CUDA-on-CPU mode (a GPU has none), and with
     ``eager`` no ``install_torch_compiled``. Yields the entry."""
-    from fp4lab.serving.replay import model
-
     runner = importlib.import_module(RUNNER)
     owner = importlib.import_module(BACKEND)
     backend = owner.TcPiecewiseCudaGraphBackend
@@ -230,7 +228,7 @@ def driven(eager: bool) -> Iterator[Any]:
         if eager:
             stack.enter_context(target.attribute_replaced(owner, "install_torch_compiled",
                                                           lambda module, **kwargs: None))  # fmt: skip
-        stack.enter_context(model.CudaOnCpu())
+        stack.enter_context(inside.CudaOnCpu())
         yield lambda host: host.init_cuda_graphs(capture_decode_cuda_graph=False)
 
 

@@ -1,0 +1,89 @@
+"""Inside one SGLang environment: the attention backend, DSA indexer metadata and KV pool that
+stand in for ``NativeSparseAttnBackend`` at SGLang's attention split op.
+
+Dense causal MLA attention equals DSA's sparse attention while every sequence is at most
+``index_topk`` tokens long (DSA then selects every earlier token); one extend batch from an
+empty cache reads nothing back from the KV cache.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+
+from fp4lab.serving.replay.kernels import record
+
+
+class IndexerMetadata:
+    """What the DSA indexer asks its backend's metadata (``get_seqlens_expanded``,
+    ``topk_transform``) for one extend batch starting from an empty cache: token i sees i + 1
+    tokens; top-k of at most ``index_topk`` tokens keeps them all (the kernel's fast path)."""
+
+    def __init__(self, tokens: int) -> None:
+        self.tokens = tokens
+
+    def get_seqlens_expanded(self) -> torch.Tensor:
+        return torch.arange(1, self.tokens + 1, dtype=torch.int32)
+
+    def topk_transform(self, logits: torch.Tensor, topk: int) -> torch.Tensor:
+        index = torch.arange(topk, dtype=torch.int32).expand(logits.shape[0], topk)
+        return torch.where(index < self.get_seqlens_expanded()[:, None], index, -1)
+
+
+class AttentionBackend:
+    """In place of ``NativeSparseAttnBackend``: dense causal MLA attention in float32 for one
+    extend batch from an empty cache (the KV cache is not written: nothing reads it back)."""
+
+    prefill_attention_backend_str = decode_attention_backend_str = None
+    """Read by DeepSeek's attention dispatch from 0.5.2x on: None selects the server's choice."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def init_forward_metadata(self, forward_batch: Any) -> None:
+        self.tokens = int(forward_batch.input_ids.shape[0])
+
+    def get_indexer_metadata(self, layer_id: int, forward_batch: Any) -> IndexerMetadata:
+        return IndexerMetadata(int(forward_batch.input_ids.shape[0]))
+
+    def forward(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs) -> torch.Tensor:
+        self.calls += 1
+        n, heads = q.shape[0], layer.tp_q_head_num
+        query = q.reshape(n, heads, -1).float()
+        key = k.reshape(n, -1, k.shape[-1]).float()
+        if kwargs.get("q_rope") is not None:
+            query = torch.cat([query, kwargs["q_rope"].reshape(n, heads, -1).float()], -1)
+            key = torch.cat(
+                [key, kwargs["k_rope"].reshape(n, -1, kwargs["k_rope"].shape[-1]).float()], -1
+            )
+        value = v.reshape(n, -1, v.shape[-1]).float()[..., : layer.v_head_dim]
+        key, value = key.expand(n, heads, -1), value.expand(n, heads, -1)
+        scores = torch.einsum("qhd,khd->hqk", query, key) * layer.scaling
+        causal = torch.ones(n, n, dtype=torch.bool).tril()
+        weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        return torch.einsum("hqk,khd->qhd", weights, value).reshape(n, -1).to(q.dtype)
+
+
+class KVPool:
+    """In place of the DSA KV pool: the indexer's key cache write is accepted (nothing reads it
+    back in one extend batch from an empty cache)."""
+
+    def __init__(self, page_size: int) -> None:
+        self.page_size = page_size
+
+    def set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale) -> None:
+        return None
+
+
+ATTENTION = record(
+    "attention_backend", "sglang::unified_attention_with_output (the split op) -> attn_backend.forward",
+    "NativeSparseAttnBackend runs FlashMLA / DeepGEMM kernels; dense causal MLA attention in "
+    "torch equals DSA's top-k sparse attention here (every sequence <= index_topk tokens), and "
+    "the indexer metadata answers as the backend's does for one extend batch from an empty cache",
+)  # fmt: skip
+
+
+KV_POOL = record("dsa_kv_pool", "forward_batch.token_to_kv_pool",
+                  "the DSA KV pool needs GPU memory pools; the indexer's key write is accepted "
+                  "and dropped (one extend batch from an empty cache reads nothing back)")  # fmt: skip

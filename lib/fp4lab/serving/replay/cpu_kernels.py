@@ -1,0 +1,314 @@
+"""Inside one SGLang environment: the CPU kernels that stand in for the CUDA, JIT and Triton
+kernels SGLang's GLM-5 calls, each by its definition (fp4lab's spec-exact NVFP4 reference, torch
+norms, rotary and attention math, SGLang's own torch top-k), and the fakes of those that are ops.
+
+Where no CPU reference exists for a kernel's weight layout (FlashInfer's TRT-LLM and CUTLASS FP4
+MoEs, Marlin), the stand-in returns zeros of its shape, and its record says the MoE's or the
+linear layer's numerics are not checked there. Where they are installed, and why, is
+``kernel_tables``; how, ``kernels``.
+"""
+
+from __future__ import annotations
+
+import inspect
+from typing import Any
+
+import torch
+
+from fp4lab.compile import fix
+from fp4lab.fp4 import nvfp4, swizzle
+
+
+def rms(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    xf = x.float()
+    return (xf * torch.rsqrt(xf.pow(2).mean(-1, keepdim=True) + eps) * weight.float()).to(x.dtype)
+
+
+def rmsnorm(out: torch.Tensor, x: torch.Tensor, weight: torch.Tensor, eps: float, pdl: bool):
+    out.copy_(rms(x, weight, eps))
+
+
+def fused_add_rmsnorm(x, residual, weight, eps, pdl) -> None:
+    residual.add_(x)
+    x.copy_(rms(residual, weight, eps))
+
+
+def silu_and_mul(out: torch.Tensor, x: torch.Tensor) -> None:
+    half = x.shape[-1] // 2
+    out.copy_(
+        (torch.nn.functional.silu(x[..., :half].float()) * x[..., half:].float()).to(out.dtype)
+    )
+
+
+LINEAR_QUANTIZE = "fp4lab reference (CPU kernel of sgl_kernel::scaled_fp4_quant)"
+
+
+def scaled_fp4_quant(output, x, output_scale, global_scale) -> None:
+    codes, scales = fix._ran(LINEAR_QUANTIZE, fix.reference_fp4_quantize(x, global_scale))
+    output.copy_(codes)
+    output_scale.view(torch.uint8).reshape(-1).copy_(scales.reshape(-1))
+
+
+def moe_fused_gate(x, bias, groups, topk_group, topk, shared, scaling, on_output):
+    """SGLang's own torch implementation of the grouped top-k (``biased_grouped_topk_impl``),
+    undecorated: the reference the fused gate kernel implements."""
+    from sglang.srt.layers.moe import topk as module
+
+    impl = module.biased_grouped_topk_impl
+    impl = getattr(impl, "_torchdynamo_orig_callable", impl)
+    given = {"hidden_states": x, "gating_output": x, "correction_bias": bias, "topk": topk,
+             "renormalize": True, "num_expert_group": groups, "topk_group": topk_group,
+             "num_fused_shared_experts": shared, "routed_scaling_factor": scaling,
+             "apply_routed_scaling_factor_on_output": on_output}  # fmt: skip
+    accepted = inspect.signature(impl).parameters
+    weights, ids = impl(**{k: v for k, v in given.items() if k in accepted})[:2]
+    return [weights, ids]
+
+
+def triton_router(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_experts=0,
+                   renormalize=True, routed_scaling_factor=1.0,
+                   apply_routed_scaling_factor_on_output=False, moe_softcapping=0.0,
+                   num_expert_group=1, topk_group=1, **triton_only: Any):  # fmt: skip
+    """SGLang's Triton router (0.5.16 on) by SGLang's own torch grouped top-k, for sigmoid scores,
+    behind the stood-in ``sgl_kernel::moe_fused_gate`` op: one opaque node while traced, as a
+    kernel launch is (fp4lab's Python never enters the trace)."""
+    extras = [k for k, v in triton_only.items()
+              if v is not None and not (isinstance(v, (bool, int, float)) and not v)]  # fmt: skip
+    if scoring_func != "sigmoid" or not renormalize or moe_softcapping or extras:
+        raise NotImplementedError("fp4lab's router reference covers renormalized sigmoid routing "
+                                  f"only (asked: {scoring_func}, extras {extras})")  # fmt: skip
+    return torch.ops.sgl_kernel.moe_fused_gate(scores, bias, num_expert_group, topk_group, topk,
+                                               num_fused_shared_experts, routed_scaling_factor,
+                                               apply_routed_scaling_factor_on_output)  # fmt: skip
+
+
+def moe_fused_gate_fake(x, bias, groups, topk_group, topk, shared, scaling, on_output):
+    rows = x.shape[0]
+    return [x.new_empty((rows, topk), dtype=torch.float32),
+            x.new_empty((rows, topk), dtype=torch.int32)]  # fmt: skip
+
+
+def dequantize(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
+    return nvfp4.dequantize(codes, scales.reshape(-1), None, swizzle=True)
+
+
+def fp4_gemm(x, weight, x_scale, weight_scale, alpha, out_dtype, out_features) -> torch.Tensor:
+    """NVFP4 GEMM by dequantizing both operands (block scales, 128x4 layout) and a float matmul
+    scaled by alpha, as FlashInfer's ``mm_fp4`` defines it; the weight may come transposed
+    (FlashInfer's layout: [K/2, N] codes, scales transposed)."""
+    a = dequantize(x, x_scale)
+    transposed = weight.shape[0] * 2 == a.shape[1] and weight.shape[1] * 2 != a.shape[1]
+    codes = weight.T.contiguous() if transposed else weight
+    scales = weight_scale.T.contiguous() if transposed else weight_scale
+    return ((a @ dequantize(codes, scales).T) * alpha.float()).to(out_dtype)
+
+
+def rope(positions, x, head_size, cache, is_neox) -> None:
+    if x is None:
+        return
+    view = x.view(positions.numel(), -1, head_size)
+    rot = cache.shape[-1]
+    cos, sin = cache[positions.reshape(-1)].float().chunk(2, dim=-1)
+    cos, sin = cos[:, None, :], sin[:, None, :]
+    part = view[..., :rot].float()
+    if is_neox:
+        a, b = part[..., : rot // 2], part[..., rot // 2 :]
+        out = torch.cat([a * cos - b * sin, b * cos + a * sin], -1)
+    else:
+        a, b = part[..., 0::2], part[..., 1::2]
+        out = torch.stack([a * cos - b * sin, b * cos + a * sin], -1).flatten(-2)
+    view[..., :rot] = out.to(x.dtype)
+
+
+def rope_with_key(positions, query, key, head_size, cache, is_neox=True) -> None:
+    rope(positions, query, head_size, cache, is_neox)
+    rope(positions, key, head_size, cache, is_neox)
+
+
+def rope_without_key(positions, query, head_size, cache, is_neox=True) -> None:
+    rope(positions, query, head_size, cache, is_neox)
+
+
+def rope_inplace(q, k, cache, positions, *, is_neox: bool, rope_dim: int = 0) -> None:
+    for x in (q, k):
+        rope(positions, x, x.shape[-1], cache, is_neox)
+
+
+def rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave=False, enable_pdl=False):
+    for source, into in ((q, q_rope), (k, k_rope)):
+        rotated = source.clone()
+        rope(pos_ids, rotated, source.shape[-1], cache, not interleave)
+        into.copy_(rotated)
+
+
+def activation_and_mul(op_name: str, x: torch.Tensor, out: torch.Tensor) -> None:
+    half = x.shape[-1] // 2
+    act = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+           "gelu_tanh": lambda t: torch.nn.functional.gelu(t, approximate="tanh")}[op_name]  # fmt: skip
+    out.copy_((act(x[..., :half].float()) * x[..., half:].float()).to(out.dtype))
+
+
+SGLANG_OP_QUANTIZE = "fp4lab reference (CPU kernel lent to sglang::flashinfer_fp4_quantize)"
+
+
+def fp4_bytes(x: torch.Tensor, global_scale, swizzled: bool) -> tuple[torch.Tensor, torch.Tensor]:
+    """fp4lab's reference quantize: codes [M, K/2] and scale bytes [M↑128, S↑4] (swizzled,
+    the 128x4 layout) or [M, S] (linear), S = K/16."""
+    codes, scales, _ = nvfp4.quantize_bytes(x, global_scale, swizzle=swizzled)
+    rows, columns = (
+        swizzle.swizzled_shape(x.shape[0], x.shape[-1] // 16) if swizzled else (x.shape[0], -1)
+    )
+    return codes, scales.reshape(rows, columns)
+
+
+def sglang_fp4_quantize(x, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False,
+                         is_sf_swizzled_layout=True, *args: Any) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """SGLang's wrapped FlashInfer quantize (its fake's shapes) on fp4lab's reference."""
+    return fix._ran(SGLANG_OP_QUANTIZE, fp4_bytes(x, global_scale, is_sf_swizzled_layout))
+
+
+SGLANG_JIT_QUANTIZE = "fp4lab reference (CPU kernel lent to sglang::scaled_fp4_quant)"
+
+
+def sglang_scaled_fp4_quant(x, output, output_scale, global_scale) -> None:
+    """SGLang's JIT NVFP4 quantize op (0.5.10+ off SM120): codes and swizzled scales in place."""
+    codes, scales = fix._ran(SGLANG_JIT_QUANTIZE, fp4_bytes(x, global_scale, True))
+    output.copy_(codes)
+    output_scale.view(torch.uint8).reshape(-1).copy_(scales.reshape(-1))
+
+
+def marlin_repack_shape(b_q_weight, perm, size_k, size_n, num_bits):
+    """Marlin's weight repack (a CUDA JIT kernel) by shape only: the Marlin GEMM that reads the
+    repacked weight is stood in for as well (``marlin_linear_zero``)."""
+    return torch.zeros((size_k // 16, size_n * 16 // (32 // num_bits)), dtype=b_q_weight.dtype)
+
+
+def marlin_linear_zero(input, weight, weight_scale, weight_global_scale, workspace, size_n,
+                        size_k, bias=None, use_fp32_reduce=False):  # fmt: skip
+    """SGLang's NVFP4 Marlin linear (Hopper's NVFP4 path from 0.5.2x): zeros of its shape."""
+    return input.new_zeros((*input.shape[:-1], size_n))
+
+
+def hadamard(x, scale=1.0):
+    import scipy.linalg
+
+    matrix = torch.tensor(scipy.linalg.hadamard(x.shape[-1]), dtype=torch.float32)
+    return ((x.float() @ matrix) * scale).to(x.dtype)
+
+
+def indexer_topk(layer_id, key, q_fp8, weights, topk_result) -> None:
+    """The DSA indexer's top-k as SGLang's split op computes it from 0.5.13 (index key cache
+    write, FP8 MQA logits, top-k: DeepGEMM kernels): for one extend batch from an empty cache,
+    token i keeps tokens 0..i (every sequence is within ``index_topk``), padding rows stay -1."""
+    tokens = min(q_fp8.shape[0], topk_result.shape[0])
+    index = torch.arange(topk_result.shape[1], dtype=topk_result.dtype)
+    seen = torch.arange(1, tokens + 1, dtype=topk_result.dtype)[:, None]
+    topk_result[:tokens].copy_(torch.where(index < seen, index, -1))
+
+
+def mm_out_dtype(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> torch.Tensor:
+    return torch.mm(a.float(), b.float()).to(out_dtype)
+
+
+def layernorm(x, weight, bias, eps):
+    return torch.nn.functional.layer_norm(
+        x.float(), (x.shape[-1],), weight.float(), None if bias is None else bias.float(), eps
+    ).to(x.dtype)
+
+
+def flashinfer_rmsnorm(x, weight, eps=1e-6, out=None, enable_pdl=None):
+    out = torch.empty_like(x) if out is None else out
+    rmsnorm(out, x, weight, eps, False)
+    return out
+
+
+def flashinfer_fused_add_rmsnorm(x, residual, weight, eps=1e-6, enable_pdl=None) -> None:
+    fused_add_rmsnorm(x, residual, weight, eps, False)
+
+
+def act_quant(x, block_size=128, scale_fmt=None):
+    blocks = x.float().view(*x.shape[:-1], x.shape[-1] // block_size, block_size)
+    scale = blocks.abs().amax(-1).clamp(min=1e-4) / 448.0
+    if scale_fmt is not None:
+        scale = torch.exp2(torch.ceil(torch.log2(scale)))
+    return (blocks / scale.unsqueeze(-1)).view(x.shape).to(torch.float8_e4m3fn), scale
+
+
+def act_quant_fake(x, block_size=128, scale_fmt=None):
+    scales = x.new_empty(*x.shape[:-1], x.shape[-1] // block_size, dtype=torch.float32)
+    return torch.empty_like(x, dtype=torch.float8_e4m3fn), scales
+
+
+def pick(t: torch.Tensor, expert: int) -> torch.Tensor:
+    return t if t.numel() == 1 else t[expert]
+
+
+def cutlass_moe_fp4(a, a1_gscale, w1_fp4, w1_blockscale, w1_alphas, a2_gscale, w2_fp4,
+                    w2_blockscale, w2_alphas, topk_weights, topk_ids, params=None,
+                    apply_router_weight_on_input=False, **_: Any) -> torch.Tensor:  # fmt: skip
+    """The NVFP4 MoE by its definition: per selected expert, the activations quantized with the
+    expert's input scale (fp4lab's reference quantize), gate-up GEMM, SiLU-and-mul, quantized
+    again, down GEMM, weighted by the router and summed."""
+    out = torch.zeros(a.shape[0], w2_fp4.shape[1], dtype=torch.float32)
+    for expert in topk_ids.unique().tolist():
+        rows, slot = (topk_ids == expert).nonzero(as_tuple=True)
+        weight = topk_weights[rows, slot, None].float()
+        x = (a[rows].float() * weight).to(a.dtype) if apply_router_weight_on_input else a[rows]
+        qx, sx = fix.reference_fp4_quantize(x, pick(a1_gscale, expert))
+        h = fp4_gemm(qx, w1_fp4[expert], sx, w1_blockscale[expert], pick(w1_alphas, expert),
+                     torch.float32, w1_fp4.shape[1])  # fmt: skip
+        half = h.shape[-1] // 2
+        act = (torch.nn.functional.silu(h[:, :half]) * h[:, half:]).to(a.dtype)
+        qa, sa = fix.reference_fp4_quantize(act, pick(a2_gscale, expert))
+        y = fp4_gemm(qa, w2_fp4[expert], sa, w2_blockscale[expert], pick(w2_alphas, expert),
+                     torch.float32, w2_fp4.shape[1])  # fmt: skip
+        out.index_add_(0, rows, y if apply_router_weight_on_input else y * weight)
+    return out.to(a.dtype)
+
+
+FLASHINFER_QUANTIZE = "fp4lab reference (eager-only stand-in for FlashInfer's fp4_quantize)"
+
+
+def flashinfer_fp4_quantize(x, global_scale=None, sf_vec_size=16, sf_use_ue8m0=False,
+                             is_sf_swizzled_layout=True, *args: Any, **kwargs: Any):  # fmt: skip
+    """FlashInfer's ``fp4_quantize`` contract on fp4lab's reference: codes [M, K/2], scale bytes
+    swizzled (or linear) reshaped to [-1, K/sf_vec_size]."""
+    codes, scales = fp4_bytes(x, global_scale, is_sf_swizzled_layout)
+    return fix._ran(FLASHINFER_QUANTIZE, (codes, scales.reshape(-1, x.shape[-1] // sf_vec_size)))
+
+
+def trtllm_fp4_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):
+    """No CPU reference for the TRT-LLM FP4 MoE's shuffled, row-reordered weight layout: the
+    routed experts contribute zero (the same in the compiled and the eager pass)."""
+    hidden = kwargs.get("hidden_states", args[2] if len(args) > 2 else None)
+    if output is None:
+        output = torch.empty(hidden.shape[0], hidden.shape[-1] * 2, dtype=torch.bfloat16)
+    return [output.zero_()]
+
+
+def cutlass_fused_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):
+    """FlashInfer's CUTLASS fused MoE (SGLang 0.5.2x's NVFP4 MoE runner on SM120): no CPU
+    reference for its packed weight and interleaved scale layout, so the routed experts
+    contribute zero (the same in the compiled and the eager pass)."""
+    if output is None:
+        rows, hidden = kwargs["input"].shape[0], kwargs["fc2_expert_weights"].shape[1]
+        output = torch.empty(rows, hidden, dtype=kwargs.get("output_dtype") or torch.bfloat16)
+    return [output.zero_()]
+
+
+def block_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
+    """FlashInfer's NVFP4 block-scale interleave: the 128x4 layout (fp4lab's swizzle), per
+    matrix of a batch."""
+    flat = scales.reshape(-1, *scales.shape[-2:])
+    done = [swizzle.swizzle_128x4(m) for m in flat]
+    return torch.stack(done).reshape(*scales.shape[:-2], -1) if scales.ndim > 2 else done[0]
+
+
+def marlin_workspace(device: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
+    return torch.zeros(132 * 4, dtype=torch.int32)
+
+
+def marlin_moe_zero(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
+    """SGLang's fused Marlin MoE (NVFP4 MoE on Hopper, 0.5.2x): the routed experts contribute
+    zero (no CPU reference for Marlin's repacked layout)."""
+    return torch.zeros_like(hidden_states)

@@ -1,0 +1,220 @@
+"""Inside one SGLang environment: which kernel each stand-in replaces, where, and why.
+
+Each table row names a boundary in the release (a module and name, an op, a schema) and the CPU
+kernel of ``cpu_kernels`` put there; ``kernels`` installs them and records each. Adding a
+stand-in is one row here (docs/architecture.md says which table is for which kind).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import torch
+
+from fp4lab.serving.replay import cpu_kernels
+
+SGL_KERNEL_OPS = {
+    "rmsnorm": ("rmsnorm(Tensor(a!) output, Tensor input, Tensor weight, float eps, "
+                "bool enable_pdl) -> ()", cpu_kernels.rmsnorm, None),
+    "fused_add_rmsnorm": ("fused_add_rmsnorm(Tensor(a!) input, Tensor(b!) residual, Tensor weight, "
+                          "float eps, bool enable_pdl) -> ()", cpu_kernels.fused_add_rmsnorm, None),
+    "silu_and_mul": ("silu_and_mul(Tensor(a!) out, Tensor input) -> ()", cpu_kernels.silu_and_mul, None),
+    "scaled_fp4_quant": ("scaled_fp4_quant(Tensor(a!) output, Tensor input, Tensor(b!) "
+                         "output_scale, Tensor input_global_scale) -> ()", cpu_kernels.scaled_fp4_quant, None),
+    "moe_fused_gate": ("moe_fused_gate(Tensor input, Tensor bias, int num_expert_group, "
+                       "int topk_group, int topk, int num_fused_shared_experts, "
+                       "float routed_scaling_factor, bool apply_routed_scaling_factor_on_output) "
+                       "-> Tensor[]", cpu_kernels.moe_fused_gate, cpu_kernels.moe_fused_gate_fake),
+}  # fmt: skip
+"""The sgl_kernel ops GLM-5's forward calls: schema (as sgl_kernel's Python wrapper calls the
+op), CPU kernel, and a fake where the op returns tensors (in-place ops need none)."""
+
+
+LIBRARIES: dict[str, torch.library.Library] = {}
+"""The libraries the stand-ins live in (kept alive: an op lives as long as its library)."""
+
+
+SGLANG_OP_KERNELS = {
+    "layernorm": (
+        lambda input, gamma, beta, eps=1e-6: cpu_kernels.layernorm(input, gamma, beta, eps),
+        "SGLang's layernorm op (0.5.13 on; the DSA indexer's k_norm) runs FlashInfer's CuTe-DSL "
+        "layernorm: torch layer_norm",
+    ),
+    "k_cache_and_topk_result": (
+        cpu_kernels.indexer_topk,
+        "the DSA indexer's split op (0.5.13 on): its index-cache write and FP8 MQA logits are "
+        "DeepGEMM kernels; the causal top-k of an extend batch from an empty cache instead",
+    ),
+    "scaled_fp4_quant": (
+        cpu_kernels.sglang_scaled_fp4_quant,
+        "SGLang's JIT NVFP4 quantize kernel: fp4lab's spec-exact reference",
+    ),
+    "flashinfer_fp4_quantize": (
+        cpu_kernels.sglang_fp4_quantize,
+        "FlashInfer's FP4 quantize inside SGLang's own op: fp4lab's spec-exact reference",
+    ),
+    "fp4_gemm": (
+        cpu_kernels.fp4_gemm,
+        "FlashInfer's mm_fp4 / CUTLASS FP4 GEMM: dequantize-matmul reference",
+    ),
+    "_run_activation_inplace": (
+        cpu_kernels.activation_and_mul,
+        "SGLang's JIT activation-and-mul kernel: torch",
+    ),
+    "rotary_embedding_with_key": (
+        cpu_kernels.rope_with_key,
+        "SGLang's JIT rotary kernel: torch rotary",
+    ),
+    "rotary_embedding_without_key": (
+        cpu_kernels.rope_without_key,
+        "SGLang's JIT rotary kernel: torch rotary",
+    ),
+    "apply_rope_inplace": (
+        cpu_kernels.rope_inplace,
+        "SGLang's JIT fused rotary kernel: torch rotary",
+    ),
+    "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (
+        cpu_kernels.rope_pos_ids,
+        "SGLang's JIT rotary kernel (FlashInfer-style, by position ids): torch rotary",
+    ),
+    "apply_fp4_marlin_linear": (
+        cpu_kernels.marlin_linear_zero,
+        "SGLang's NVFP4 Marlin GEMM (Hopper, 0.5.2x): no CPU reference for Marlin's repacked "
+        "layout, so zeros of its shape (the linear layers' numerics are not checked on SM90)",
+    ),
+    "hadamard_transform": (
+        cpu_kernels.hadamard,
+        "SGLang's JIT Hadamard transform (DSA indexer, an op from 0.5.2x): matmul with the "
+        "Hadamard matrix",
+    ),
+}
+"""SGLang ops whose body is a CUDA kernel: the CPU kernel lent to them instead of their body."""
+
+
+SGLANG_OP_MODULES = (
+    "sglang.kernels.ops.quantization.hadamard",
+    "sglang.jit_kernel.hadamard",
+    "sglang.jit_kernel.rope",
+)
+"""Where a release defines such an op in a module its model imports only when first called
+(0.5.2x; the JIT kernel package from 0.5.13)."""
+
+
+ATEN_CPU_KERNELS = {
+    "mm.dtype": (
+        cpu_kernels.mm_out_dtype,
+        "aten::mm with out_dtype has CUDA kernels only (the DSA indexer's float32 projections "
+        "from 0.5.13): a float matmul cast to out_dtype",
+    ),
+}
+"""torch ops with no CPU kernel in torch's CPU build that a release's forward calls."""
+
+
+TRITON_LAUNCHES = {
+    "act_quant": ("act_quant(Tensor x, int block_size=128, str? scale_fmt=None) -> (Tensor, Tensor)",
+                  cpu_kernels.act_quant, cpu_kernels.act_quant_fake),
+}  # fmt: skip
+"""Python functions of SGLang whose body is one Triton kernel launch: schema, CPU kernel, fake.
+On a GPU dynamo takes such a launch as one node (its Triton wrapper); on a CPU build it cannot,
+and would trace into Triton's launcher. Each is stood in for by an op of ``fp4lab_triton``:
+one opaque node while traced, the CPU kernel when run."""
+
+
+def triton_launch(name: str) -> Callable:
+    """The stand-in for the Triton-launching function ``name`` (defined on first use)."""
+    if "fp4lab_triton" not in LIBRARIES:
+        LIBRARIES["fp4lab_triton"] = torch.library.Library("fp4lab_triton", "FRAGMENT")
+    library = LIBRARIES["fp4lab_triton"]
+    if not hasattr(torch.ops.fp4lab_triton, name):
+        schema, kernel, fake = TRITON_LAUNCHES[name]
+        library.define(schema)
+        library.impl(name, kernel, "CPU")
+        library._register_fake(name, fake)
+    return getattr(torch.ops.fp4lab_triton, name)
+
+
+def act_quant_launch(x, block_size=128, scale_fmt=None):
+    return triton_launch("act_quant")(x, block_size, scale_fmt)
+
+
+LOAD_TIME = (
+    ("flashinfer", "nvfp4_block_scale_interleave", cpu_kernels.block_scale_interleave,
+     "FlashInfer's JIT block-scale interleave, which the TRT-LLM FP4 MoE's weight preparation "
+     "calls at load time: fp4lab's 128x4 swizzle"),
+    ("flashinfer", "block_scale_interleave", cpu_kernels.block_scale_interleave,
+     "FlashInfer's JIT block-scale interleave (its older name, the same call): fp4lab's swizzle"),
+    ("sglang.srt.layers.quantization.marlin_utils_fp4", "gptq_marlin_repack", cpu_kernels.marlin_repack_shape,
+     "Marlin's JIT weight repack (NVFP4 on Hopper, 0.5.2x): a tensor of the repacked shape; the "
+     "Marlin GEMM reading it is stood in for too"),
+)  # fmt: skip
+"""(module, name, CPU kernel, why): kernels the model's weight preparation calls on load."""
+
+
+TRTLLM_WHY = ("FlashInfer's TRT-LLM FP4 MoE kernel: no CPU reference for its shuffled weight "
+              "layout, the routed experts contribute zero (the MoE's numerics are not checked "
+              "where this runs)")  # fmt: skip
+
+
+EAGER_ONLY = (
+    ("flashinfer.norm", "rmsnorm", cpu_kernels.flashinfer_rmsnorm,
+     "FlashInfer's CuTe-DSL / JIT RMSNorm, which sgl_kernel's rmsnorm calls eagerly (while "
+     "dynamo traces, sgl_kernel takes its own op): torch RMSNorm"),
+    ("flashinfer.norm", "fused_add_rmsnorm", cpu_kernels.flashinfer_fused_add_rmsnorm,
+     "FlashInfer's fused add + RMSNorm, called eagerly by sgl_kernel: torch add and RMSNorm"),
+    ("sglang.srt.layers.layernorm", "layernorm", cpu_kernels.layernorm,
+     "FlashInfer's JIT layernorm (the DSA indexer's k_norm): torch layer_norm"),
+    ("sglang.jit_kernel.hadamard", "hadamard_transform", cpu_kernels.hadamard,
+     "SGLang's JIT Hadamard transform (DSA indexer): matmul with the Hadamard matrix"),
+    ("sglang.srt.layers.moe.cutlass_moe", "cutlass_moe_fp4", cpu_kernels.cutlass_moe_fp4,
+     "sgl_kernel's CUTLASS NVFP4 MoE (prepare_moe_input, grouped FP4 GEMMs): the MoE by its "
+     "definition on fp4lab's reference quantize and the dequantize-matmul GEMM"),
+    ("sglang.srt.layers.moe.fused_moe_triton.layer", "trtllm_fp4_block_scale_moe",
+     cpu_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
+    ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe", cpu_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
+    ("flashinfer.fused_moe", "cutlass_fused_moe", cpu_kernels.cutlass_fused_moe_zero,
+     "FlashInfer's CUTLASS NVFP4 fused MoE: no CPU reference for its packed weight layout, the "
+     "routed experts contribute zero (the MoE's numerics are not checked where this runs)"),
+    ("sglang.srt.layers.quantization.modelopt_quant", "flashinfer_cutlass_fused_moe",
+     cpu_kernels.cutlass_fused_moe_zero, "FlashInfer's CUTLASS NVFP4 fused MoE as 0.5.13+ binds it in "
+     "modelopt_quant: the routed experts contribute zero (the MoE's numerics are not checked)"),
+)  # fmt: skip
+"""(module, name, CPU kernel, why): the kernels that run only eagerly in GLM-5's PCG forward."""
+
+
+BINDS_FLASHINFER_QUANTIZE = (
+    "sglang.srt.layers.quantization.modelopt_quant",
+    "sglang.srt.layers.moe.fused_moe_triton.layer",
+    "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm",
+)
+"""Modules that may bind FlashInfer's ``fp4_quantize`` by name (the NVFP4 linear method, the
+FP4 MoE layer, the TRT-LLM MoE runner), depending on the release and the SM."""
+
+
+REPLACED = (
+    ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", act_quant_launch,
+     "the DSA indexer's Triton FP8 block quantize (0.5.3-0.5.12), traced and run: one opaque op "
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
+     "SGLang's Python wrapper around the launch is not traced here"),
+    ("sglang.srt.layers.attention.dsa.triton_kernel", "act_quant", act_quant_launch,
+     "the DSA indexer's Triton FP8 block quantize (0.5.13 on), traced and run: one opaque op "
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
+     "SGLang's Python wrapper around the launch is not traced here"),
+    ("sglang.kernels.ops.attention.dsa.triton_kernel", "act_quant", act_quant_launch,
+     "the DSA indexer's Triton FP8 block quantize (0.5.2x home), traced and run: one opaque op "
+     "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
+     "SGLang's Python wrapper around the launch is not traced here"),
+    ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", cpu_kernels.triton_router,
+     "SGLang's Triton MoE router (0.5.2x), traced and run: SGLang's own torch grouped top-k "
+     "(biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked here"),
+    ("sglang.jit_kernel.moe_fused_gate", "moe_fused_gate", cpu_kernels.triton_router,
+     "SGLang's Triton MoE router at its 0.5.1x home, traced and run: SGLang's own torch grouped "
+     "top-k (biased_grouped_topk_impl) behind one opaque op; SGLang's Python wrapper around the "
+     "launch is not traced here, nor whether dynamo takes the launch"),
+    ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", cpu_kernels.marlin_workspace,
+     "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
+    ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",
+     cpu_kernels.marlin_moe_zero, "SGLang's fused Marlin NVFP4 MoE (Hopper, 0.5.2x, inside SGLang's MoE op): "
+     "the routed experts contribute zero (the MoE's numerics are not checked on SM90)"),
+)  # fmt: skip
+"""(module, name, CPU kernel, why): kernels replaced both while traced and when run (a Triton
+launch has no CPU backend to run on, traced or not)."""
