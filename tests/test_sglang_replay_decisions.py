@@ -142,3 +142,22 @@ def test_one_ranks_values_fill_a_set_up_call_by_name_and_an_unknown_parameter_is
 
     with pytest.raises(layout.LayoutError, match="requires 'spec_algorithm'"):
         ranks.call(needs_more)
+
+
+def test_a_model_that_traced_then_failed_when_run_blames_no_compiler():
+    """A pass whose only failure is a runtime error (here a stand-in op missing, as 0.5.8 met
+    before sgl_kernel's fused rotary had one) is not measured; after a real trace blocker, the
+    blocker stands and the patch's result is not measured."""
+    ran = {"status": "runtime_error", "signature": "runtime_error",
+           "blocker_frame": "torch/_ops.py:1392:__getattr__",
+           "message": "'_OpNamespace' 'sgl_kernel' object has no attribute 'fast_hadamard_transform'"}  # fmt: skip
+    alone = decide.cell("0.5.8", "12.0", {"piecewise_options": [PREFILL],
+                                          "fix": {"steps": [ran], "parts": [], "compiles": False}})  # fmt: skip
+    assert alone["outcome"] == "not measured" and "failed when run" in alone["note"]
+    traced = {"status": "unsupported", "signature": "subprocess",
+              "blocker_frame": "flashinfer/jit/cpp_ext.py:49:get_cuda_path", "message": "..."}  # fmt: skip
+    after = decide.cell("0.5.8", "12.0", {
+        "piecewise_options": [PREFILL], "chain": [traced],
+        "fix": {"steps": [traced, ran], "parts": ["fp4_quantize_op"], "compiles": False}})  # fmt: skip
+    assert (after["outcome"], after["blocked_at"]) == ("blocked", "subprocess")
+    assert after["compiles_with_patch"] is None and "(not measured)" in after["note"]

@@ -141,6 +141,12 @@ def rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave=False, enable_
         into.copy_(rotated)
 
 
+def rope_pos_ids_kv(q, k, q_rope, k_rope, cache, pos_ids, interleave, enable_pdl, *kv_write):
+    """sgl_kernel's fused rotary (0.5.6-0.5.8): the rotary above; the KV-cache write it may fuse
+    is dropped (one extend batch from an empty cache reads nothing back)."""
+    rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave, enable_pdl)
+
+
 def activation_and_mul(op_name: str, x: torch.Tensor, out: torch.Tensor) -> None:
     half = x.shape[-1] // 2
     act = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,

@@ -174,9 +174,15 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
     last = steps[-1] if steps else {}
     if last.get("status") == "declined":
         return {**row, "outcome": "not applicable", "note": declined_note(last)}
-    if fixed.get("compiles") is False:
-        met.append(f"{last.get('blocker_frame')}: {last.get('message')}")
-    row |= {"blockers": met, "compiles_with_patch": fixed.get("compiles"),
+    failed_when_run = fixed.get("compiles") is False and last.get("status") == "runtime_error"
+    stopped = f"{last.get('blocker_frame')}: {last.get('message')}"
+    if failed_when_run and not met:  # it traced, then failed when run: no compiler to blame
+        return harness(
+            row, f"the traced model failed when run at {stopped}", last.get("blocker_frame")
+        )
+    if fixed.get("compiles") is False and not failed_when_run:
+        met.append(stopped)
+    row |= {"blockers": met, "compiles_with_patch": None if failed_when_run else fixed.get("compiles"),
             "equals_eager": fixed.get("equals_eager")}  # fmt: skip
     story = blockers(chain)
     first = story[0] if story else (met[0] if met else None)
@@ -189,6 +195,9 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
         return {**row, "outcome": "compiles",
                 "note": f"compiles as released ({fixed.get('pieces')} pieces) and {same} eager"}  # fmt: skip
     note = f"blockers: {' -> '.join(met)}"
+    if failed_when_run:
+        note += (f"; with the patch ({', '.join(fixed['parts'])}) the model traced, then failed "
+                 f"when run at {stopped} (not measured)")  # fmt: skip
     if fixed.get("compiles"):
         note += (f"; with the patch ({', '.join(fixed['parts'])}) it compiles "
                  f"({fixed.get('pieces')} pieces, expected {fixed.get('expected_pieces')}) and "

@@ -25,6 +25,13 @@ SGL_KERNEL_OPS = {
                        "int topk_group, int topk, int num_fused_shared_experts, "
                        "float routed_scaling_factor, bool apply_routed_scaling_factor_on_output) "
                        "-> Tensor[]", cpu_kernels.moe_fused_gate, cpu_kernels.moe_fused_gate_fake),
+    "apply_rope_pos_ids_cos_sin_cache": (
+        "apply_rope_pos_ids_cos_sin_cache(Tensor q, Tensor k, Tensor(a!) q_rope, Tensor(b!) k_rope, "
+        "Tensor cos_sin_cache, Tensor pos_ids, bool interleave, bool enable_pdl, Tensor? v, "
+        "Tensor? k_buffer, Tensor? v_buffer, Tensor? kv_cache_loc) -> ()",
+        cpu_kernels.rope_pos_ids_kv, None),
+    "fast_hadamard_transform": ("fast_hadamard_transform(Tensor x, float scale) -> Tensor",
+                                cpu_kernels.hadamard, lambda x, scale: torch.empty_like(x)),
 }  # fmt: skip
 """The sgl_kernel ops GLM-5's forward calls: schema (as sgl_kernel's Python wrapper calls the
 op), CPU kernel, and a fake where the op returns tensors (in-place ops need none)."""
