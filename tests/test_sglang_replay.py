@@ -204,7 +204,7 @@ def test_the_timeline_puts_the_two_outcomes_in_release_order(notebook_records, l
     assert points["first_compiles"] == versions.TEST_VERSIONS[-1]
     summary = _of(notebook_records, "summary")[-1]
     assert summary["timeline"]["12.0"]["sentence"].startswith(
-        f"SM12.0: {versions.STORY_VERSION} blocked at subprocess."
+        f"SM12.0: {versions.STORY_VERSION} blocked at FlashInfer's FP4 quantize JIT (the story's nvcc"
     )
 
 

@@ -92,7 +92,7 @@ def test_the_timeline_groups_runs_of_releases_and_names_the_turning_points():
     runs = timeline.runs(list(reversed(rows)), "12.0")  # release order, whatever the rows' order
     assert [(r["from"], r["to"], r["state"]) for r in runs] == [
         (v[0], v[0], "not applicable (the release refuses NVFP4)"),
-        (v[7], v[8], "blocked at subprocess"),
+        (v[7], v[8], "blocked at FlashInfer's FP4 quantize JIT (the story's nvcc subprocess)"),
         (v[11], v[12], "compiles with --enforce-piecewise-cuda-graph"),
         (v[19], v[19], "blocked at SGLang's is_musa() import probe"),
         (v[20], v[20], "not measured (harness: fp4lab/x.py:1:f)"),

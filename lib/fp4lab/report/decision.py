@@ -152,7 +152,7 @@ def sglang_per_sm() -> str:
     timeline = found[-1]["values"].get("timeline") if found else None
     if not timeline:
         return ""
-    lines = "\n".join(f"- {t['sentence']}" for t in timeline.values())
+    lines = "\n".join(f"- {timeline[sm]['sentence']}" for sm in sorted(timeline, key=float))
     return (
         f"**GLM-5 through SGLang's releases, per SM** (trace on a simulated target):\n{lines}\n\n"
     )

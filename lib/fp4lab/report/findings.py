@@ -73,7 +73,8 @@ def _sglang_line() -> str:
         return "- GLM-5 in SGLang's piecewise runner: not measured at this commit."
     v = rows[-1]["values"]
     decisions = [r["values"] for r in _latest("11_sglang_piecewise_replay", "decision")]
-    per_sm = " ".join(t["sentence"] for t in (v.get("timeline") or {}).values())
+    timeline = v.get("timeline") or {}
+    per_sm = " ".join(timeline[sm]["sentence"] for sm in sorted(timeline, key=float))
     blocked = [r for r in decisions if r["outcome"] == "blocked"]
     fixed = [r for r in blocked if r["compiles_with_patch"] and r["equals_eager"]]
     unfixed = [f"{r['sglang_version']} SM{r['sm']}" for r in blocked if r not in fixed]

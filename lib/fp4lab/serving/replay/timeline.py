@@ -8,12 +8,19 @@ from __future__ import annotations
 
 from fp4lab.serving.replay import versions
 
+STORY_WORDS = {
+    "subprocess": "FlashInfer's FP4 quantize JIT (the story's nvcc subprocess)",
+    "file_io": "FlashInfer's FP4 quantize JIT (the story's file I/O)",
+    "compiler_disable_under_fullgraph": "the story's torch.compiler.disable under fullgraph",
+}
+"""The story's blocker signatures, in words."""
+
 
 def state(row: dict) -> str:
     """One cell in a few words: the outcome and what decided it (the first blocker, the flag,
     the reason it is not applicable, the harness frame that failed)."""
     if row["outcome"] == "blocked":
-        return f"blocked at {row['blocked_at']}"
+        return f"blocked at {STORY_WORDS.get(row['blocked_at'], row['blocked_at'])}"
     if row["outcome"] == "compiles":
         return f"compiles with {row['flag']}" if row["flag"] != "none needed" else "compiles"
     if row["outcome"] == "not measured":
