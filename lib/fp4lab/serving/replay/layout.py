@@ -3,9 +3,8 @@
 Release drift is handled here and nowhere else: one adapter per family of layouts (``FAMILIES``)
 names the files a family must have; the probe reads the installed package's files (nothing of it
 is imported) and answers the family, the home of the DSA indexer (``nsa`` until 0.5.12,
-``dsa`` from 0.5.13) and which of the model classes the
-replay builds the release's source defines. A layout no adapter knows raises ``LayoutError``
-naming what is missing, before anything is built.
+``dsa`` from 0.5.13) and which of the model classes the replay builds its source defines. A
+layout no adapter knows raises ``LayoutError`` naming what is missing, before anything is built.
 """
 
 from __future__ import annotations
@@ -23,9 +22,9 @@ FAMILIES = {
         "srt/model_executor/runner_backend/tc_piecewise_cuda_graph_backend.py",
     ),
 }
-"""Each family and the files that make a release one of it: ``runner``, the piecewise runner
-built by ``ModelRunner`` from a dataclass ``ServerArgs`` (0.5.3 to 0.5.20); ``reworked``, the
-published msgspec ``ServerArgs`` and the ``tc_piecewise`` prefill backend (0.5.21 on). The first
+"""Each family and the files that make a release one of it: ``runner``, ``PiecewiseCudaGraphRunner``
+built by ``ModelRunner`` (0.5.3 to 0.5.13); ``reworked``, ``runtime_context`` and the
+``tc_piecewise`` prefill backend driven through ``init_cuda_graphs`` (0.5.14 on). The first
 family whose files are all present is the release's."""
 
 DSA_HOMES = (
@@ -55,10 +54,6 @@ class Layout:
     @property
     def reworked(self) -> bool:
         return self.family == "reworked"
-
-    @property
-    def dsa_package(self) -> str | None:
-        return self.dsa_indexer.rsplit(".", 1)[0] if self.dsa_indexer else None
 
     def as_record(self) -> dict:
         return {"family": self.family, "dsa_indexer": self.dsa_indexer,

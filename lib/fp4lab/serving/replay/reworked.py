@@ -94,7 +94,7 @@ def fields(cls: Any) -> set[str]:
 def publish(server_args: Any) -> None:
     """The release's own resolution pipeline and config bags, as the scheduler publishes them;
     in a release whose ``ServerArgs`` is still a dataclass resolved by its ``__post_init__``
-    (0.5.16 to 0.5.20), its own legacy publish shim."""
+    (0.5.14 to 0.5.20), its own legacy publish shim."""
     from sglang.srt import runtime_context as context
 
     if hasattr(context, "SpawnRanks"):
@@ -107,7 +107,7 @@ def publish(server_args: Any) -> None:
 
 def chosen(server_args: Any) -> dict:
     """What the release's resolution chose for GLM-5 on the simulated GPU: its config bags, or
-    where it has none (0.5.16 to 0.5.20) the resolved ``ServerArgs``."""
+    where it has none (0.5.14 to 0.5.20) the resolved ``ServerArgs``."""
     from sglang.srt import runtime_context as context
 
     found: dict[str, Any] = {}
@@ -130,8 +130,10 @@ def chosen(server_args: Any) -> dict:
 
 
 HOST_STANDINS = [
-    kernels.record("pre_model_load_memory", "bootstrap.measure_pre_model_load_memory",
-                   "no GPU memory to measure; the runner host records a figure"),
+    kernels.record("set_up_elsewhere", "init_torch_distributed's group set-up and GPU memory "
+                   "queries (reworked.SET_UP_ELSEWHERE, where the release keeps them)",
+                   "the groups are set up on one gloo process already (ranks.parallel_groups); "
+                   "no GPU memory to measure, the runner host records a figure"),
     kernels.record("request_pool", "model_runner.req_to_token_pool",
                    f"a table of {REQUESTS} requests instead of the GPU request pool"),
 ]  # fmt: skip
@@ -150,7 +152,7 @@ SET_UP_ELSEWHERE = {
     "initialize_model_parallel": lambda *args, **kwargs: None,
     "initialize_dp_attention": lambda *args, **kwargs: None,
 }
-"""What ``init_torch_distributed`` calls that ``distributed`` did already on one gloo process, or
+"""What ``init_torch_distributed`` calls that ``ranks.parallel_groups`` did already, or
 that asks the GPU for its free memory (80 GB answer), wherever the release keeps it."""
 
 ONE_GPU = {"tp_rank": 0, "pp_rank": 0, "dp_size": 1, "moe_ep_size": 1, "moe_ep_rank": 0,
@@ -185,7 +187,7 @@ def host(values: dict, kv_cache_dtype: str) -> Any:
     owner = getattr(module, "bootstrap", module)  # 0.5.14, 0.5.15 set up in ModelRunner itself
     with contextlib.ExitStack() as stack:
         for name, value in SET_UP_ELSEWHERE.items():
-            if hasattr(owner, name):  # the groups are set up on gloo already (``distributed``)
+            if hasattr(owner, name):  # the groups are set up on gloo already
                 stack.enter_context(target.attribute_replaced(owner, name, value))
         runner.init_torch_distributed()
     given = {**vars(runner), "draft_model_idx": None}  # the host's values, by parameter name
