@@ -8,7 +8,7 @@ from fp4lab.serving import compare
 
 pytestmark = pytest.mark.notebook
 NAME = "08_single_batch_overlap"
-SMALL = dict(scale=64, tokens=256, chunks=[1, 4], iters=7, warmup=2, timeout_s=120)
+SMALL = dict(scale=64, tokens=256, chunks=[1, 4], iters=15, warmup=3, timeout_s=120)
 
 
 def test_08_runs_the_microbenchmark_and_records_the_serving_skip(run_notebook, isolated_outputs):
