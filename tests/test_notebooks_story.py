@@ -16,6 +16,7 @@ import torch
 from fp4lab.compile import fix, fix_checks, tradeoff
 from fp4lab.core import catalog, paths, records, runner
 from fp4lab.report import decision
+from fp4lab.serving.replay import versions
 
 pytestmark = pytest.mark.notebook
 SMALL = dict(tokens=16, hidden=64, heads=2, ffn=128)
@@ -25,7 +26,13 @@ RUNS = {
     "02_file_io_trace": SMALL,
     "03_compiler_disable_fullgraph": SMALL,
     "04_fullgraph_false_tradeoff": dict(
-        scale=64, layers=2, token_counts=[16, 32], backend="eager", warmup=1, iters=3
+        scale=64,
+        layers=2,
+        token_counts=[16, 32],
+        backend="eager",
+        warmup=1,
+        iters=3,
+        sglang_versions=[versions.STORY_VERSION],
     ),
     "05_custom_op_fix": dict(backends=["eager"], layers=1, **SMALL),
     "10_decision_report": {},
@@ -160,9 +167,35 @@ def test_04_measures_the_tradeoff_under_piecewise_capture(story):
     direct = fix.direct_quantize(torch.device("cuda" if cuda else "cpu"))[0]
     assert at["eager"]["kernel"] == breaks["kernel"] == direct
     [summary] = _values("04_fullgraph_false_tradeoff", "summary")
-    assert summary["verdict"] == ("MEASURED" if cuda else "UNMEASURED")
+    assert summary["verdict"] == "WRONG OUTPUT", "SGLang's own backend decides, GPU or not"
     assert (story / "figures" / "04_fullgraph_tradeoff.png").stat().st_size > 1000
     assert (story / "figures" / "04_fullgraph_tradeoff.json").exists()
+
+
+def test_04_sglangs_own_backend_replays_another_layers_capture_under_fullgraph_false(story):
+    rows = _values("04_fullgraph_false_tradeoff", "sglang_backend")
+    assert [(r["sglang_version"], r["variant"], r["tokens"]) for r in rows] == [
+        (versions.STORY_VERSION, v, t) for v in ("fullgraph_false", "custom_op") for t in (16, 32)
+    ]
+    for r in rows:
+        assert r["matches_uncaptured"] == (r["max_abs_vs_uncaptured"] == 0.0), "self-check"
+        assert r["uncaptured_vs_eager"] == 0.0, "the uncaptured compile runs eager's ops"
+        assert r["evidence"] == ["trace", "reference_kernel", "simulated_capture"]
+        assert r["contexts"]["compiled"].endswith("set_compiled"), "0.5.9's own switch"
+    breaks = [r for r in rows if r["variant"] == "fullgraph_false"]
+    fixed = [r for r in rows if r["variant"] == "custom_op"]
+    for r in breaks:
+        assert r["max_abs_vs_uncaptured"] > 0.1 * r["max_abs_eager"], "the replay is wrong"
+        assert r["replays_of_another_layer"], "a piece replays another layer's capture"
+        assert all(e["captured_for"] != e["layers"] for e in r["replays_of_another_layer"])
+    assert breaks[0]["debug_mode"] == {
+        "assertion": "AssertionError: Input addresses for cudagraphs are different during replay.",
+        "during": "capture pass",
+    }
+    for r in fixed:
+        assert (r["max_abs_vs_uncaptured"], r["max_abs_vs_eager"], r["moved_inputs"]) == (0, 0, 0)
+        assert r["replays_of_another_layer"] == [] and r["replays"] == r["piece_runs"]
+    assert fixed[0]["debug_mode"] == {"assertion": None, "during": None}
 
 
 def test_05_the_fix_compiles_to_one_graph(story):
@@ -206,16 +239,15 @@ def test_10_report_decides_from_the_records(story):
     assert [c["verdict"] for c in crashes] == ["BLOCKED"] * 3
     assert "As the story compiled it: <strong>BLOCKED</strong> (crash 1 of 3 reproduced" in html
     [tradeoff] = _values("04_fullgraph_false_tradeoff", "summary")
-    breaks = next(
-        v
-        for v in _values("04_fullgraph_false_tradeoff", "variant")
-        if v["variant"] == "compiled_with_breaks" and v["tokens"] == 32
-    )
-    assert tradeoff["verdict"] == "UNMEASURED", "CPU step times are not the cost of a GPU mechanism"
-    assert tradeoff["number"] == (
-        f"fullgraph=False: {breaks['moved_weights']} of {breaks['piece_runs_per_step']} piece runs "
-        f"per step met other weights than at their capture; custom op: 0 of 3"
-    )
+    breaks = max(
+        (v for v in _values("04_fullgraph_false_tradeoff", "sglang_backend")
+         if v["variant"] == "fullgraph_false"), key=lambda v: v["max_abs_vs_uncaptured"],
+    )  # fmt: skip
+    assert tradeoff["verdict"] == "WRONG OUTPUT"
+    assert tradeoff["number"].startswith(
+        f"fullgraph=False: the replayed step differs from the same compile run uncaptured by up to "
+        f"{breaks['max_abs_vs_uncaptured']:.3g} "
+    ) and tradeoff["number"].endswith("custom op: 0")
     assert tradeoff["number"] in html, "the report quotes this run's records"
     for notebook in ("01_nvcc_subprocess_crash", "05_custom_op_fix", "13_sglang_cpu_server"):
         assert f'<a href="{notebook}.html">' in html

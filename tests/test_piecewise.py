@@ -9,7 +9,7 @@ import pytest
 import torch
 from torch import fx
 
-from fp4lab.compile import piecewise, segment, tradeoff
+from fp4lab.compile import fix, piecewise, segment, tradeoff
 from fp4lab.core import records
 
 SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
@@ -19,7 +19,7 @@ def test_a_split_op_gets_a_piece_of_its_own_and_the_order_is_kept():
     def f(x: torch.Tensor) -> torch.Tensor:
         y = torch.relu(x) + 1
         out = torch.empty_like(y)
-        torch.ops.fp4lab.attention(y.view(4, 1, 8), y.view(4, 1, 8), y.view(4, 1, 8), out)
+        torch.ops.fp4lab.attention(y.view(4, 1, 8), y.view(4, 1, 8), y.view(4, 1, 8), out, 0)
         return out * 2
 
     graph = fx.symbolic_trace(f)
@@ -37,7 +37,7 @@ def test_a_split_op_gets_a_piece_of_its_own_and_the_order_is_kept():
 def _step(variant: str, layers: int) -> tuple[piecewise.Backend, piecewise.Counts, torch.Tensor]:
     torch._dynamo.reset()
     model = segment.Stack(
-        SHAPE, layers, tradeoff.quantize_for(variant, torch.device("cpu")), split_attention=True
+        SHAPE, layers, fix.quantize_for(variant, torch.device("cpu")), split_attention=True
     )
     backend = piecewise.Backend("eager")
     step = torch.compile(model, backend=backend, fullgraph=variant != "compiled_with_breaks")
@@ -46,7 +46,7 @@ def _step(variant: str, layers: int) -> tuple[piecewise.Backend, piecewise.Count
         step(x), step(x)  # the warm-up run, then the capture's place
         with backend.counted() as counts:
             out = step(x)
-        eager = segment.Stack(SHAPE, layers, tradeoff.base_quantize(torch.device("cpu")))(x)
+        eager = segment.Stack(SHAPE, layers, fix.base_quantize(torch.device("cpu")))(x)
     assert torch.equal(out, eager), "the pieces and the islands compute what eager computes"
     return backend, counts, out
 
@@ -60,11 +60,17 @@ def test_the_fix_is_one_graph_split_only_at_attention_with_inputs_in_place():
 
 def test_fullgraph_false_reuses_each_graph_for_every_layer_and_moves_inputs():
     backend, counts, _ = _step("compiled_with_breaks", layers=3)
-    assert counts.graphs >= 2 * 3 > len(backend.graphs), "compiled graphs are re-entered per layer"
+    assert counts.graphs >= 2 * 3 and counts.graphs > len(backend.graphs), (
+        "compiled graphs are re-entered per layer"
+    )
     assert counts.split_ops == 3
     assert counts.moved_weights > 0 and counts.moved_inputs >= counts.moved_weights, (
         "a piece captured once per token count meets other layers' weights at later calls"
     )
+
+
+UNMEASURED = {"verdict": "UNMEASURED", "number": "no release measured", "why": "none ran"}
+"""What ``capture.study.decision`` says where SGLang's backend ran nowhere (a GPU machine)."""
 
 
 def _row(variant: str, tokens: int, capture: str, **extra: object) -> dict:
@@ -93,21 +99,20 @@ def test_a_failed_capture_fails_the_verdict_before_any_summary(isolated_outputs)
                  capture_error="RuntimeError: capturing"),
             _row("full_cuda_graph", 64, tradeoff.NO_CUDA)]  # fmt: skip
     with pytest.raises(RuntimeError, match="custom_op at 64 tokens: RuntimeError: capturing"):
-        tradeoff.tradeoff_verdict(run, rows)
+        tradeoff.tradeoff_verdict(run, rows, UNMEASURED)
     assert run.rec.written == [], "a failed verdict writes no summary: the run did not finish"
 
 
-def test_without_a_gpu_the_verdict_is_unmeasured_and_quotes_the_structure(isolated_outputs):
+def test_without_a_gpu_sglangs_backend_decides_and_the_structure_is_quoted(isolated_outputs):
     run = _run()
     rows = [_row(v, 64, "none" if v == "eager" else tradeoff.NO_CUDA) for v in tradeoff.VARIANTS]
-    text = tradeoff.tradeoff_verdict(run, rows)
+    wrong = {"verdict": "WRONG OUTPUT", "number": "up to 12.2", "why": "shared pieces"}
+    text = tradeoff.tradeoff_verdict(run, rows, wrong)
     assert "SKIPPED (no CUDA device here)" in text
+    assert "8 of the piece runs met weights other than their capture's" in text
+    assert "SGLang's own backend: WRONG OUTPUT, up to 12.2; shared pieces" in text
     [summary] = [r["values"] for r in run.rec.written]
-    assert summary["verdict"] == "UNMEASURED"
-    assert summary["number"] == (
-        "fullgraph=False: 8 of 10 piece runs per step met other weights than at their capture; "
-        "custom op: 0 of 3"
-    )
+    assert (summary["verdict"], summary["number"]) == ("WRONG OUTPUT", "up to 12.2")
 
 
 def test_with_replays_the_verdict_gives_the_ratio_per_token_count(isolated_outputs):
@@ -125,7 +130,7 @@ def test_with_replays_the_verdict_gives_the_ratio_per_token_count(isolated_outpu
         for t in (64, 256)
         for v in tradeoff.VARIANTS
     ]
-    text = tradeoff.tradeoff_verdict(run, rows)
+    text = tradeoff.tradeoff_verdict(run, rows, UNMEASURED)
     assert "64 tokens: fullgraph=False 1.50x the custom op (3.00 vs 2.00 ms)" in text
     [summary] = [r["values"] for r in run.rec.written]
     assert summary["verdict"] == "MEASURED" and summary["number"].startswith("256 tokens:")
@@ -138,7 +143,7 @@ def test_a_captured_piece_replays_its_weak_referenced_output():
     backend = piecewise.Backend(
         "eager", capture=True, pool=torch.cuda.graph_pool_handle(), stream=torch.cuda.Stream()
     )
-    model = segment.Stack(SHAPE, 2, tradeoff.quantize_for("compiled_fullgraph_custom_op",
+    model = segment.Stack(SHAPE, 2, fix.quantize_for("compiled_fullgraph_custom_op",
                           torch.device("cuda")), split_attention=True).cuda()  # fmt: skip
     step = torch.compile(model, backend=backend, fullgraph=True)
     x = segment.tokens_input(SHAPE, 16, device="cuda")

@@ -79,6 +79,34 @@ def reporting(kernel: str, quantize: Callable) -> Callable:
     return reported
 
 
+def base_quantize(device: torch.device) -> Callable:
+    """The quantize kernel itself, called directly (and reporting to ``observing``)."""
+    return reporting(*direct_quantize(device))
+
+
+QUANTIZE_VARIANTS = (
+    "eager",
+    "compiled_with_breaks",
+    "compiled_fullgraph_custom_op",
+    "full_cuda_graph",
+)
+"""The ways a layer calls the quantize: directly, behind ``torch.compiler.disable`` (the story's
+msg 1002 patch: graph breaks), through the custom op (the fix, piecewise or in one full graph)."""
+
+
+def quantize_for(variant: str, device: torch.device) -> Callable:
+    """The quantize callable a variant's layers make."""
+    if variant == "eager":
+        return base_quantize(device)
+    if variant == "compiled_with_breaks":
+        return torch.compiler.disable(base_quantize(device))
+    if variant in ("compiled_fullgraph_custom_op", "full_cuda_graph"):
+        return lambda x, global_scale: torch.ops.fp4lab.fp4_quantize(x, global_scale)
+    raise ValueError(
+        f"variant={variant!r} is not allowed; allowed values: {', '.join(QUANTIZE_VARIANTS)}"
+    )
+
+
 def same_code(a: str | None, b: str | None) -> bool:
     """Whether two kernel names are one implementation: FlashInfer's, or fp4lab's reference
     however it was called."""

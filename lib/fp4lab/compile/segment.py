@@ -7,8 +7,10 @@ call, the story's patched variants, or the custom-op fix) and multiplied through
 dequantize-then-matmul stand-in for the FP4 GEMM. Attention is plain multi-head SDPA, not
 GLM-5's MLA/DSA: the blocker lives in the MLP's quantize call, not in attention. With
 ``split_attention`` it runs as ``fp4lab::attention``, a custom op that writes into an output
-buffer the layer allocates, as SGLang's ``unified_attention_with_output``: the op a piecewise
-runner splits the graph at (``compile.piecewise``).
+buffer the layer allocates and takes the layer's ``layer_id``, as SGLang's
+``unified_attention_with_output`` does: the op a piecewise runner splits the graph at
+(``compile.piecewise``). Dynamo specializes on that integer, so under graph breaks the graph
+holding attention is compiled once per layer, as under SGLang's attention.
 """
 
 from __future__ import annotations
@@ -102,13 +104,18 @@ def _causal_attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor) -> torc
 
 
 @torch.library.custom_op("fp4lab::attention", mutates_args=("output",))
-def attention(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor) -> None:
-    """Causal attention written into ``output`` (the split op: its fake writes nothing)."""
+def attention(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_id: int
+) -> None:
+    """Causal attention written into ``output`` (the split op: its fake writes nothing);
+    ``layer_id`` is where SGLang's op finds the layer's KV cache, unused here."""
     output.copy_(_causal_attention(q, k, v))
 
 
 @attention.register_fake
-def _(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor) -> None:
+def _(
+    q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, output: torch.Tensor, layer_id: int
+) -> None:
     return None
 
 
@@ -122,9 +129,10 @@ class Layer(nn.Module):
         generator: torch.Generator,
         dtype: torch.dtype,
         split_attention: bool = False,
+        layer_id: int = 0,
     ) -> None:
         super().__init__()
-        self.split_attention = split_attention
+        self.split_attention, self.layer_id = split_attention, layer_id
         self.heads = shape.heads
         self.attn_norm, self.mlp_norm = RMSNorm(shape.hidden), RMSNorm(shape.hidden)
         self.qkv = nn.Parameter(
@@ -144,7 +152,7 @@ class Layer(nn.Module):
         )
         if self.split_attention:
             attn = torch.empty_like(x)
-            torch.ops.fp4lab.attention(q, k, v, attn)
+            torch.ops.fp4lab.attention(q, k, v, attn, self.layer_id)
         else:
             attn = _causal_attention(q, k, v)
         x = x + attn @ self.o.t()
@@ -167,7 +175,8 @@ class Stack(nn.Module):
         super().__init__()
         generator = torch.Generator().manual_seed(seed)
         self.layers = nn.ModuleList(
-            Layer(shape, quantize, generator, dtype, split_attention) for _ in range(layers)
+            Layer(shape, quantize, generator, dtype, split_attention, layer_id)
+            for layer_id in range(layers)
         )
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:

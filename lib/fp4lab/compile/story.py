@@ -15,6 +15,7 @@ import torch
 
 from fp4lab.compile import segment, target
 from fp4lab.core import params, records
+from fp4lab.serving.replay import versions
 
 PARAMETERS = (
     "target_sm",
@@ -31,6 +32,7 @@ PARAMETERS = (
     "iters",
     "device",
     "cuda_home",
+    "sglang_versions",
 )
 """The story notebooks' parameters, in the order ``prepare`` checks them."""
 
@@ -103,6 +105,8 @@ def check(**parameters: object) -> dict:
         p["device"] = str(params.device("device", p["device"]))
     if "cuda_home" in p:
         _nonempty_text("cuda_home", p["cuda_home"])
+    if "sglang_versions" in p:
+        p["sglang_versions"] = versions.check_versions(p["sglang_versions"])
     return p
 
 

@@ -111,6 +111,35 @@ def tradeoff_table(rows: list[dict]) -> pd.DataFrame:
     return table[[c for c in TRADEOFF_COLUMNS if c in table]]
 
 
+def sglang_backend_table(rows: list[dict]) -> pd.DataFrame:
+    """Each release, variant and token count under SGLang's own backend: graphs and pieces, the
+    replayed step's distance from the uncaptured one and from eager, the pieces that replayed a
+    capture made for another layer, and debug mode's check."""
+
+    def shared(r: dict) -> str:
+        return "; ".join(f"graph {e['graph']} {e['piece']}: layer {e['layers']} replays layer "
+                         f"{e['captured_for']}'s" for e in r["replays_of_another_layer"]) or "none"  # fmt: skip
+
+    def debug(r: dict) -> str:
+        found = r.get("debug_mode")
+        if found is None:
+            return "(first token count only)"
+        return (
+            f"{found['assertion'][:60]}... ({found['during']})" if found["assertion"] else "passes"
+        )
+
+    return pd.DataFrame([{
+        "SGLang": r["sglang_version"], "variant": r["variant"], "tokens": r["tokens"],
+        "capture": r["capture"], "dynamo graphs": r["dynamo_graphs"], "pieces": r["pieces"],
+        "replays per step": r["replays"],
+        "max |replay - uncaptured|": round(r["max_abs_vs_uncaptured"], 4),
+        "max |replay - eager|": round(r["max_abs_vs_eager"], 4),
+        "max |eager|": round(r["max_abs_eager"], 4),
+        "inputs moved since capture": r["moved_inputs"],
+        "replays of another layer's capture": shared(r), "debug mode": debug(r),
+    } for r in rows])  # fmt: skip
+
+
 def version_table(results: list[object]) -> pd.DataFrame:
     """The version matrix: each FlashInfer version's blockers in order (each patch's origin and
     the versions it was needed on), the upstream op, what it forwards, and the verdict."""

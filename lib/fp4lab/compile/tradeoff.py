@@ -34,7 +34,7 @@ from fp4lab.compile import fix, piecewise, segment, trace
 from fp4lab.compile.story import Story
 from fp4lab.core import evidence, timing
 
-VARIANTS = ("eager", "compiled_with_breaks", "compiled_fullgraph_custom_op", "full_cuda_graph")
+VARIANTS = fix.QUANTIZE_VARIANTS
 LABELS = {
     "eager": "eager",
     "compiled_with_breaks": "fullgraph=False, piecewise",
@@ -50,27 +50,11 @@ CAPTURE_MODES = {
 NO_CUDA = "skipped: no CUDA device"
 
 
-def base_quantize(device: torch.device) -> segment.Quantize:
-    """The quantize kernel itself, called directly (and reporting to ``fix.observing``)."""
-    return fix.reporting(*fix.direct_quantize(device))
-
-
-def quantize_for(variant: str, device: torch.device) -> segment.Quantize:
-    """The quantize callable a variant's layers make."""
-    if variant == "eager":
-        return base_quantize(device)
-    if variant == "compiled_with_breaks":
-        return torch.compiler.disable(base_quantize(device))
-    if variant in ("compiled_fullgraph_custom_op", "full_cuda_graph"):
-        return lambda x, global_scale: torch.ops.fp4lab.fp4_quantize(x, global_scale)
-    raise ValueError(f"variant={variant!r} is not allowed; allowed values: {', '.join(VARIANTS)}")
-
-
 def model_for(variant: str, run: Story) -> segment.Stack:
     """The run's stack (same weights for every variant), attention as the split op."""
     device = run.x.device
     return segment.Stack(
-        run.shape, run.layers, quantize_for(variant, device), split_attention=True
+        run.shape, run.layers, fix.quantize_for(variant, device), split_attention=True
     ).to(device)
 
 
@@ -99,25 +83,30 @@ def _compare(output: torch.Tensor, reference: torch.Tensor) -> dict:
     }
 
 
+def _compiled(variant: str, run: Story, backend: piecewise.Backend) -> Callable:
+    torch._dynamo.reset()
+    fullgraph = variant != "compiled_with_breaks"
+    return torch.compile(
+        model_for(variant, run), backend=backend, fullgraph=fullgraph, dynamic=False
+    )
+
+
 def _piecewise(variant: str, run: Story, x: torch.Tensor, reference: torch.Tensor) -> dict:
-    """One piecewise variant at one token count: compile, warm up, capture, replay, count, time."""
+    """One piecewise variant at one token count: compile, warm up, capture, replay, count, time;
+    the uncaptured step is a compile of its own with capture off (a step of the captured one
+    already replays the pieces that layers share)."""
     p, cuda = run.params, x.device.type == "cuda"
+    uncaptured = _compiled(variant, run, piecewise.Backend(p["backend"]))(x).clone()
     backend = piecewise.Backend(
         p["backend"], capture=cuda,
         pool=torch.cuda.graph_pool_handle() if cuda else None,
         stream=torch.cuda.Stream() if cuda else None,
     )  # fmt: skip
-    torch._dynamo.reset()
-    step = torch.compile(
-        model_for(variant, run),
-        backend=backend,
-        fullgraph=variant != "compiled_with_breaks",
-        dynamic=False,
-    )
+    step = _compiled(variant, run, backend)
     row: dict = {"capture": "ok" if cuda else NO_CUDA}
     try:
         backend.snapshots = []
-        uncaptured = step(x).clone()  # compiles every graph; each piece's warm-up run
+        step(x)  # compiles every graph; each piece's warm-up run
         warm, backend.snapshots = backend.snapshots, None
         if cuda:
             with torch.cuda.stream(backend.stream):
@@ -244,10 +233,12 @@ def _structure(r: dict) -> str:
     )
 
 
-def tradeoff_verdict(run: Story, rows: list[dict]) -> str:
-    """The custom op gives one graph split only at attention, fullgraph=False splits every layer
-    further (recorded as the run's summary), or AssertionError; RuntimeError when a capture or
-    replay failed."""
+def tradeoff_verdict(run: Story, rows: list[dict], sglang: dict) -> str:
+    """The run's summary: the structure fp4lab's backend measured (the custom op gives one graph
+    split only at attention, fullgraph=False splits every layer further, or AssertionError), its
+    cost per step where a GPU captured, and the decision: ``sglang`` (``capture.study.decision``,
+    what SGLang's own backend returned) wherever it measured, else the cost. RuntimeError when a
+    capture or replay failed."""
     failed = [r for r in rows if str(r["capture"]).startswith("error")]
     if failed:
         raise RuntimeError(
@@ -302,21 +293,16 @@ def tradeoff_verdict(run: Story, rows: list[dict]) -> str:
             verdict="MEASURED",
             number=ratios[-1],
             why="each piece was captured per token count and replayed with the eager islands run "
-            "between them, as SGLang's piecewise runner does",
+            "between them, as fp4lab's mirror of SGLang's piecewise runner does",
         )
     else:
         lines.append(
-            f"CUDA graph capture and replay: SKIPPED ({NO_CUDA.removeprefix('skipped: ')} here); "
-            "run this notebook on a GPU for the cost per step"
+            f"CUDA graph capture and replay by fp4lab's backend: SKIPPED "
+            f"({NO_CUDA.removeprefix('skipped: ')} here); run this notebook on a GPU for the cost "
+            "per step"
         )
-        decision = dict(
-            verdict="UNMEASURED",
-            number=f"fullgraph=False: {breaks['moved_weights']} of {breaks['piece_runs_per_step']} "
-            f"piece runs per step met other weights than at their capture; custom op: "
-            f"{fixed['moved_weights']} of {fixed['piece_runs_per_step']}",
-            why="without a GPU only the piece structure was measured: under fullgraph=False dynamo "
-            "re-enters each compiled graph for every layer, so a piece captured once per token "
-            "count, as SGLang captures, would replay the first layer's weights; the cost per step "
-            "needs a GPU",
-        )
+        decision = None
+    lines.append(f"SGLang's own backend: {sglang['verdict']}, {sglang['number']}; {sglang['why']}")
+    if decision is None or sglang["verdict"] != "UNMEASURED":
+        decision = sglang
     return run.rec.summary("\n".join(lines), **decision, needs="cpu")["values"]["headline"]

@@ -11,6 +11,8 @@ LEVELS = {
     "trace": "dynamo traced the code; nothing ran",
     "simulated_target": "the target GPU was simulated (FlashInfer saw a made-up SM)",
     "reference_kernel": "fp4lab's spec-exact reference ran in place of the FP4 kernel",
+    "simulated_capture": "CUDA-graph capture imitated on a CPU: a capture recorded the operators "
+    "and their tensors, a replay re-ran them on those tensors",
     "real_fp4_kernel": "a real FP4 kernel ran on an FP4-capable GPU",
     "cuda_graph_replay": "the step was captured into a CUDA graph and replayed",
     "serving": "a live server answered requests",
@@ -23,6 +25,7 @@ VERDICTS = {
     "PARTLY BLOCKED": "some of it can be used; the number says how much",
     "UNBLOCKED": "can be used, in the way the why says",
     "WORKS": "ran and gave correct results",
+    "WRONG OUTPUT": "ran without an error and gave wrong results; the number says how wrong",
     "MEASURED": "measured here; the number is the result",
     "NOT APPLICABLE": "no release or machine offers a way to use it",
     "UNMEASURED": "not measured on the machines that ran it; the why says what it needs",

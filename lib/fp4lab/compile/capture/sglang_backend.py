@@ -1,0 +1,347 @@
+"""Inside one SGLang environment: notebook 04's stack through the release's own
+``install_torch_compiled``, ``SGLangBackend`` and ``CUDAPiecewiseBackend``, in the order its
+piecewise runner drives them.
+
+    python -m fp4lab.compile.capture.sglang_backend OUT.json SCALE LAYERS TOKENS[,TOKENS...]
+
+The runner's order: install, a compile pass (one forward per capture size, largest first, in
+the release's warm-up context: pieces run, nothing is captured), a capture pass (two forwards
+per size: the first warms each piece up, the second captures it) and a replay step, its batch
+copied into the static input buffer the capture read. Each variant of ``VARIANTS`` is run three
+times, each after ``torch._dynamo.reset()`` on a fresh stack of the same weights: uncaptured (the
+compile pass only, then the step in the warm-up context), captured, and captured in SGLang's
+debug mode (its input-address check). Every piece call is observed without being changed: which
+layer's weights it got, whether it ran, captured or replayed, and for a replay, the layers and
+input addresses of its capture. Capture is real on a CUDA device and imitated by
+``recorder.simulated`` elsewhere.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import json
+import os
+import sys
+import traceback
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4lab.compile import fix, segment
+from fp4lab.compile.capture import recorder
+from fp4lab.core import paths
+
+VARIANTS = {
+    "fullgraph_false": (False, "compiled_with_breaks"),
+    "custom_op": (True, "compiled_fullgraph_custom_op"),
+}
+"""Each variant: the ``fullgraph`` passed to ``install_torch_compiled`` and notebook 04's
+quantize of it (``torch.compiler.disable``'d for graph breaks, the custom op for the fix)."""
+
+SPLIT_OP = "fp4lab.attention"
+"""The stack's attention op, added to the release's split ops (its own is
+``sglang.unified_attention_with_output``, which reads SGLang's forward batch)."""
+
+RUNNER_MARK = ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph")
+
+PHASES = {
+    "compiled": (("sglang.srt.compilation.compile", "set_compiled"),
+                 ("sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph",
+                  "enable_tc_piecewise_cuda_graph"),
+                 RUNNER_MARK),
+    "runner": (RUNNER_MARK,),
+    "warmup": (("sglang.srt.compilation.piecewise_context_manager",
+                "enable_piecewise_cuda_graph_compile"),
+               ("sglang.srt.compilation.compile_phase", "enable_torch_compile_warmup")),
+    "capture_stream": (("sglang.srt.compilation.piecewise_context_manager", "set_pcg_capture_stream"),
+                       ("sglang.srt.compilation.compile_phase", "set_pcg_capture_stream")),
+}  # fmt: skip
+"""Where releases keep the contexts their runner enters, first found wins: the switch that sends
+``install_torch_compiled``'s trampoline to the compiled forward (``set_compiled``, or the
+runner's own marker where the trampoline reads that), the runner's marker, the compile pass's
+warm-up marker (pieces run without capture) and the capture stream."""
+
+
+def _found(candidates: tuple[tuple[str, str], ...]) -> tuple[Callable | None, str | None]:
+    for module, name in candidates:
+        try:
+            owner = importlib.import_module(module)
+        except ImportError:
+            continue
+        if hasattr(owner, name):
+            return getattr(owner, name), f"{module}.{name}"
+    return None, None
+
+
+class Unsplittable(LookupError):
+    """The release's backend cannot split the stack: read from its own code."""
+
+
+@dataclass
+class Release:
+    """The release's own parts this drive calls, found by name."""
+
+    install: Callable
+    backend: type
+    config: type
+    contexts: dict[str, Callable]
+    where: dict[str, str]
+    cuda: bool
+    """Whether a real CUDA device captures (else the recorder does)."""
+
+    @classmethod
+    def load(cls, cuda: bool) -> Release:
+        from sglang.srt.compilation.backend import SGLangBackend
+        from sglang.srt.compilation.compilation_config import CompilationConfig
+        from sglang.srt.compilation.compile import install_torch_compiled
+
+        contexts, where = {}, {}
+        for role, candidates in PHASES.items():
+            found, name = _found(candidates)
+            if found is not None:
+                contexts[role], where[role] = found, name
+        if "compiled" not in contexts:
+            raise LookupError(f"no switch to the compiled forward: none of {PHASES['compiled']}")
+        if not hasattr(CompilationConfig, "add_split_op"):
+            raise Unsplittable(
+                "the release's CompilationConfig has no add_split_op: its backend splits only at "
+                "SGLang's own attention op, which needs SGLang's forward batch"
+            )
+        return cls(install_torch_compiled, SGLangBackend, CompilationConfig, contexts, where, cuda)
+
+    def compile_config(self, sizes: list[int], debug: bool) -> Any:
+        """The release's ``CompilationConfig``: SGLang's eager compiler, debug mode as asked, the
+        stack's attention added to the split ops."""
+        config = self.config(sizes, "eager", debug)
+        config.add_split_op(SPLIT_OP)
+        return config
+
+    @contextlib.contextmanager
+    def phase(self, *roles: str, stream: Any = None) -> Iterator[None]:
+        """The runner's contexts for ``roles`` (those this release has), entered in order."""
+        entered: list[Callable] = []
+        with contextlib.ExitStack() as stack:
+            for role in ("runner", "compiled", *roles):
+                context = self.contexts.get(role)
+                if context is None or context in entered:
+                    continue
+                entered.append(context)
+                args = (True,) if role == "compiled" and "set_compiled" in self.where[role] else ()
+                stack.enter_context(context(stream) if role == "capture_stream" else context(*args))
+            yield
+
+
+@dataclass
+class Observed:
+    """One piece of one dynamo graph, called through unchanged: what each call did."""
+
+    piece: Any
+    graph: int
+    name: str
+    layer_of: dict[int, int]
+    log: list[dict]
+    captures: dict[Any, dict] = field(default_factory=dict)
+
+    def _seen(self, args: tuple) -> tuple[list[int], list[int]]:
+        tensors = [a for a in args if isinstance(a, torch.Tensor)]
+        layers = sorted(
+            {self.layer_of[t.data_ptr()] for t in tensors if t.data_ptr() in self.layer_of}
+        )
+        return layers, [t.data_ptr() for t in tensors]
+
+    def __call__(self, *args: Any) -> Any:
+        indices = self.piece.sym_shape_indices
+        tokens = args[indices[0]] if indices else None
+        entry = self.piece.concrete_size_entries.get(tokens) if tokens is not None else None
+        before = entry.cudagraph if entry is not None else None
+        layers, addresses = self._seen(args)
+        output = self.piece(*args)
+        after = entry.cudagraph if entry is not None else None
+        event = {"graph": self.graph, "piece": self.name, "tokens": tokens, "layers": layers}
+        if before is None and after is not None:
+            self.captures[tokens] = {"layers": layers, "addresses": addresses}
+            event["did"] = "captured"
+        elif before is not None:
+            capture = self.captures[tokens]
+            event.update(did="replayed", captured_for=capture["layers"],
+                         moved=addresses != capture["addresses"])  # fmt: skip
+        else:
+            event["did"] = "ran"
+        self.log.append(event)
+        return output
+
+
+@dataclass
+class Drive:
+    """One variant's stack under the release's backend, every piece observed."""
+
+    release: Release
+    variant: str
+    shape: segment.LayerShape
+    layers: int
+    sizes: list[int]
+    debug: bool = False
+    log: list[dict] = field(default_factory=list)
+    backends: list[Any] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        torch._dynamo.reset()
+        fullgraph, quantize = VARIANTS[self.variant]
+        self.stack = segment.Stack(self.shape, self.layers,
+                                   fix.quantize_for(quantize, torch.device("cpu")),
+                                   split_attention=True)  # fmt: skip
+        self.layer_of = {
+            t.data_ptr(): i
+            for i, layer in enumerate(self.stack.layers)
+            for t in [*layer.parameters(), *layer.buffers()]
+        }
+        config = self.release.compile_config(list(self.sizes), self.debug)
+        pool = torch.cuda.graph_pool_handle() if self.release.cuda else object()
+
+        def backend_factory(graph: Any, example_inputs: list) -> Any:
+            backend = self.release.backend(config, pool)
+            self.backends.append(backend)
+            return backend(graph, example_inputs)
+
+        self.release.install(self.stack, fullgraph=fullgraph, backend_factory=backend_factory,
+                             compile_config=config, graph_pool=pool)  # fmt: skip
+        hidden = self.shape.hidden
+        self.static = segment.tokens_input(self.shape, max(self.sizes), seed=7).reshape(-1, hidden)
+
+    def _observe(self) -> None:
+        for index, backend in enumerate(self.backends):
+            for item in backend.piecewise_graphs:
+                piece = backend.split_gm.__dict__.get(item.submod_name)
+                if item.is_splitting_graph or isinstance(piece, Observed):
+                    continue
+                backend.split_gm.__dict__[item.submod_name] = Observed(
+                    piece, index, item.submod_name, self.layer_of, self.log
+                )
+
+    def compile_pass(self) -> None:
+        with torch.no_grad(), self.release.phase("warmup"):
+            for tokens in sorted(self.sizes, reverse=True):
+                self.stack(self.static[:tokens])
+        self._observe()
+
+    def capture_pass(self) -> None:
+        stream = torch.cuda.Stream() if self.release.cuda else object()
+        with torch.no_grad(), self.release.phase("capture_stream", stream=stream):
+            for tokens in sorted(self.sizes, reverse=True):
+                for _ in range(2):
+                    self.stack(self.static[:tokens])
+
+    def step(self, batch: torch.Tensor, *, uncaptured: bool = False) -> torch.Tensor:
+        """One step on ``batch``, copied into the static buffer as the runner copies its inputs."""
+        tokens = batch.shape[0]
+        self.static[:tokens].copy_(batch)
+        with torch.no_grad(), self.release.phase(*(["warmup"] if uncaptured else [])):
+            return self.stack(self.static[:tokens]).clone()
+
+    def pieces(self) -> int:
+        return sum(not i.is_splitting_graph for b in self.backends for i in b.piecewise_graphs)
+
+
+def _first_line(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    return float((a.float() - b.float()).abs().max())
+
+
+def measure(release: Release, variant: str, shape: segment.LayerShape, layers: int,
+            sizes: list[int]) -> list[dict]:  # fmt: skip
+    """One record per token count: the captured step against the uncaptured one and eager."""
+    batches = {n: segment.tokens_input(shape, n, seed=11) for n in sizes}
+    uncaptured_drive = Drive(release, variant, shape, layers, sizes)
+    uncaptured_drive.compile_pass()
+    uncaptured = {n: uncaptured_drive.step(batches[n], uncaptured=True) for n in sizes}
+    with torch.no_grad():
+        eager = {n: uncaptured_drive.stack.__class__.forward(uncaptured_drive.stack, batches[n])
+                 for n in sizes}  # fmt: skip
+    drive = Drive(release, variant, shape, layers, sizes)
+    drive.compile_pass()
+    drive.capture_pass()
+    in_capture = list(drive.log)
+    rows = []
+    for n in sizes:
+        drive.log.clear()
+        output = drive.step(batches[n])
+        replays = [e for e in drive.log if e["did"] == "replayed"]
+        other = [e for e in replays if e["captured_for"] != e["layers"]]
+        to_uncaptured = _max_diff(output, uncaptured[n])
+        rows.append({
+            "variant": variant, "fullgraph": VARIANTS[variant][0], "tokens": n, "layers": layers,
+            "dynamo_graphs": len(drive.backends), "pieces": drive.pieces(),
+            "piece_runs": len(drive.log), "replays": len(replays),
+            "ran_uncaptured": sum(e["did"] == "ran" for e in drive.log),
+            "replays_of_another_layer": [
+                {"graph": e["graph"], "piece": e["piece"], "layers": e["layers"],
+                 "captured_for": e["captured_for"]} for e in other],
+            "moved_inputs": sum(e["moved"] for e in replays),
+            "replays_during_capture_pass": sum(
+                e["did"] == "replayed" and e["tokens"] == n for e in in_capture),
+            "max_abs_vs_uncaptured": to_uncaptured,
+            "matches_uncaptured": to_uncaptured == 0.0,
+            "max_abs_vs_eager": _max_diff(output, eager[n]),
+            "max_abs_eager": float(eager[n].float().abs().max()),
+            "uncaptured_vs_eager": _max_diff(uncaptured[n], eager[n]),
+        })  # fmt: skip
+    rows[0]["debug_mode"] = debug_mode(release, variant, shape, layers, sizes, batches)
+    return rows
+
+
+def debug_mode(release: Release, variant: str, shape: segment.LayerShape, layers: int,
+               sizes: list[int], batches: dict[int, torch.Tensor]) -> dict:  # fmt: skip
+    """The same run with SGLang's debug mode on: where its input-address assertion fired, if."""
+    drive = Drive(release, variant, shape, layers, sizes, debug=True)
+    where = "compile pass"
+    try:
+        drive.compile_pass()
+        where = "capture pass"
+        drive.capture_pass()
+        where = "replay"
+        for n in sizes:
+            drive.step(batches[n])
+    except AssertionError as exc:  # its text up to the addresses, which differ by machine
+        return {"assertion": _first_line(exc).split(" Expected [")[0], "during": where}
+    return {"assertion": None, "during": None}
+
+
+def main(out: Path, scale: str, layers: str, tokens: str) -> int:
+    from fp4lab.serving.replay import inside
+
+    os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
+    shape = segment.LayerShape.glm5(int(scale))
+    sizes = [int(t) for t in tokens.split(",")]
+    found: dict = {"scale": int(scale), "shape": vars(shape), "sizes": sizes}
+    try:
+        cuda = torch.cuda.is_available()
+        with contextlib.ExitStack() as stack:
+            found["capture"] = "cuda" if cuda else "simulated"
+            found["standins"] = [] if cuda else [stack.enter_context(recorder.simulated())]
+            with inside.simulated_gpu((10, 0)) if not cuda else contextlib.nullcontext() as patched:
+                found["patched_while_importing"] = patched or []
+                found["standins"] += inside.runtime_standins()
+                import sglang
+
+                release = Release.load(cuda)
+            found.update(sglang_version=sglang.__version__, contexts=release.where)
+            found["rows"] = [row for variant in VARIANTS
+                             for row in measure(release, variant, shape, int(layers), sizes)]  # fmt: skip
+    except Unsplittable as exc:
+        found["unsplittable"] = str(exc)
+    except Exception as exc:  # the parent records it as not measured, with its frames
+        found["error"] = _first_line(exc)
+        found["traceback"] = traceback.format_exc()[-4000:]
+    Path(out).write_text(json.dumps(found) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(Path(sys.argv[1]), *sys.argv[2:5]))
