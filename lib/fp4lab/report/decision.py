@@ -140,7 +140,9 @@ def answer() -> str:
         f"{sglang_per_sm()}"
         f"**What the alternatives are worth.** {alternatives}.\n\n"
         "Each verdict claims no more than its evidence column: *trace* means dynamo traced the "
-        "code and nothing ran; *simulated target* means the Blackwell SM was made up on a CPU."
+        "code and nothing ran; *simulated target* means the Blackwell SM was made up on a CPU; "
+        "*simulated capture* means CUDA-graph capture was imitated on a CPU (the captured "
+        "operators re-run on the captured tensors)."
     )
 
 
