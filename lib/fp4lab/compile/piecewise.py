@@ -91,7 +91,10 @@ def structure(items: list[SplitItem]) -> list[dict]:
 
 def weak_ref(tensor: torch.Tensor) -> torch.Tensor:
     """A tensor on ``tensor``'s CUDA memory that does not keep it alive (SGLang's
-    ``weak_ref_tensor``, a kernel of its own, here through ``__cuda_array_interface__``)."""
+    ``weak_ref_tensor``, a kernel of its own, here through ``__cuda_array_interface__``); off
+    CUDA (capture imitated by ``capture.recorder``) the tensor itself: no pool reuses CPU memory."""
+    if tensor.device.type != "cuda":
+        return tensor
     nbytes = tensor.untyped_storage().nbytes() - tensor.storage_offset() * tensor.element_size()
 
     memory = types.SimpleNamespace(

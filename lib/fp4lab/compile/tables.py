@@ -131,7 +131,7 @@ def sglang_backend_table(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame([{
         "SGLang": r["sglang_version"], "variant": r["variant"], "tokens": r["tokens"],
         "capture": r["capture"], "dynamo graphs": r["dynamo_graphs"], "pieces": r["pieces"],
-        "replays per step": r["replays"],
+        "replays per step": r["replays"], "pieces run uncaptured": r["ran_uncaptured"],
         "max |replay - uncaptured|": round(r["max_abs_vs_uncaptured"], 4),
         "max |replay - eager|": round(r["max_abs_vs_eager"], 4),
         "max |eager|": round(r["max_abs_eager"], 4),

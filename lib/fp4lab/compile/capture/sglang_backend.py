@@ -66,6 +66,10 @@ runner's own marker where the trampoline reads that), the runner's marker, the c
 warm-up marker (pieces run without capture) and the capture stream."""
 
 
+CAPTURE_SEED, STEP_SEED = 7, 11
+"""The static input buffer's data at the capture, and the replayed step's batch."""
+
+
 def _found(candidates: tuple[tuple[str, str], ...]) -> tuple[Callable | None, str | None]:
     for module, name in candidates:
         try:
@@ -209,8 +213,7 @@ class Drive:
 
         self.release.install(self.stack, fullgraph=fullgraph, backend_factory=backend_factory,
                              compile_config=config, graph_pool=pool)  # fmt: skip
-        hidden = self.shape.hidden
-        self.static = segment.tokens_input(self.shape, max(self.sizes), seed=7).reshape(-1, hidden)
+        self.static = segment.tokens_input(self.shape, max(self.sizes), seed=CAPTURE_SEED)
 
     def _observe(self) -> None:
         for index, backend in enumerate(self.backends):
@@ -257,7 +260,7 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 def measure(release: Release, variant: str, shape: segment.LayerShape, layers: int,
             sizes: list[int]) -> list[dict]:  # fmt: skip
     """One record per token count: the captured step against the uncaptured one and eager."""
-    batches = {n: segment.tokens_input(shape, n, seed=11) for n in sizes}
+    batches = {n: segment.tokens_input(shape, n, seed=STEP_SEED) for n in sizes}
     uncaptured_drive = Drive(release, variant, shape, layers, sizes)
     uncaptured_drive.compile_pass()
     uncaptured = {n: uncaptured_drive.step(batches[n], uncaptured=True) for n in sizes}
