@@ -19,12 +19,10 @@ input addresses of its capture. Capture is real on a CUDA device and imitated by
 from __future__ import annotations
 
 import contextlib
-import importlib
 import json
 import os
 import sys
 import traceback
-from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,6 +31,7 @@ import torch
 
 from fp4lab.compile import fix, segment
 from fp4lab.compile.capture import recorder
+from fp4lab.compile.capture.release import Release, Unsplittable
 from fp4lab.core import paths
 
 VARIANTS = {
@@ -42,101 +41,8 @@ VARIANTS = {
 """Each variant: the ``fullgraph`` passed to ``install_torch_compiled`` and notebook 04's
 quantize of it (``torch.compiler.disable``'d for graph breaks, the custom op for the fix)."""
 
-SPLIT_OP = "fp4lab.attention"
-"""The stack's attention op, added to the release's split ops (its own is
-``sglang.unified_attention_with_output``, which reads SGLang's forward batch)."""
-
-RUNNER_MARK = ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph")
-
-PHASES = {
-    "compiled": (("sglang.srt.compilation.compile", "set_compiled"),
-                 ("sglang.srt.model_executor.runner_backend_utils.tc_piecewise_cuda_graph",
-                  "enable_tc_piecewise_cuda_graph"),
-                 RUNNER_MARK),
-    "runner": (RUNNER_MARK,),
-    "warmup": (("sglang.srt.compilation.piecewise_context_manager",
-                "enable_piecewise_cuda_graph_compile"),
-               ("sglang.srt.compilation.compile_phase", "enable_torch_compile_warmup")),
-    "capture_stream": (("sglang.srt.compilation.piecewise_context_manager", "set_pcg_capture_stream"),
-                       ("sglang.srt.compilation.compile_phase", "set_pcg_capture_stream")),
-}  # fmt: skip
-"""Where releases keep the contexts their runner enters, first found wins: the switch that sends
-``install_torch_compiled``'s trampoline to the compiled forward (``set_compiled``, or the
-runner's own marker where the trampoline reads that), the runner's marker, the compile pass's
-warm-up marker (pieces run without capture) and the capture stream."""
-
-
 CAPTURE_SEED, STEP_SEED = 7, 11
 """The static input buffer's data at the capture, and the replayed step's batch."""
-
-
-def _found(candidates: tuple[tuple[str, str], ...]) -> tuple[Callable | None, str | None]:
-    for module, name in candidates:
-        try:
-            owner = importlib.import_module(module)
-        except ImportError:
-            continue
-        if hasattr(owner, name):
-            return getattr(owner, name), f"{module}.{name}"
-    return None, None
-
-
-class Unsplittable(LookupError):
-    """The release's backend cannot split the stack: read from its own code."""
-
-
-@dataclass
-class Release:
-    """The release's own parts this drive calls, found by name."""
-
-    install: Callable
-    backend: type
-    config: type
-    contexts: dict[str, Callable]
-    where: dict[str, str]
-    cuda: bool
-    """Whether a real CUDA device captures (else the recorder does)."""
-
-    @classmethod
-    def load(cls, cuda: bool) -> Release:
-        from sglang.srt.compilation.backend import SGLangBackend
-        from sglang.srt.compilation.compilation_config import CompilationConfig
-        from sglang.srt.compilation.compile import install_torch_compiled
-
-        contexts, where = {}, {}
-        for role, candidates in PHASES.items():
-            found, name = _found(candidates)
-            if found is not None:
-                contexts[role], where[role] = found, name
-        if "compiled" not in contexts:
-            raise LookupError(f"no switch to the compiled forward: none of {PHASES['compiled']}")
-        if not hasattr(CompilationConfig, "add_split_op"):
-            raise Unsplittable(
-                "the release's CompilationConfig has no add_split_op: its backend splits only at "
-                "SGLang's own attention op, which needs SGLang's forward batch"
-            )
-        return cls(install_torch_compiled, SGLangBackend, CompilationConfig, contexts, where, cuda)
-
-    def compile_config(self, sizes: list[int], debug: bool) -> Any:
-        """The release's ``CompilationConfig``: SGLang's eager compiler, debug mode as asked, the
-        stack's attention added to the split ops."""
-        config = self.config(sizes, "eager", debug)
-        config.add_split_op(SPLIT_OP)
-        return config
-
-    @contextlib.contextmanager
-    def phase(self, *roles: str, stream: Any = None) -> Iterator[None]:
-        """The runner's contexts for ``roles`` (those this release has), entered in order."""
-        entered: list[Callable] = []
-        with contextlib.ExitStack() as stack:
-            for role in ("runner", "compiled", *roles):
-                context = self.contexts.get(role)
-                if context is None or context in entered:
-                    continue
-                entered.append(context)
-                args = (True,) if role == "compiled" and "set_compiled" in self.where[role] else ()
-                stack.enter_context(context(stream) if role == "capture_stream" else context(*args))
-            yield
 
 
 @dataclass
