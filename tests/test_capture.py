@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from fp4lab.compile import fix, piecewise, segment
-from fp4lab.compile.capture import recorder, sglang_backend, study
 from fp4lab.core import venvs
+from fp4lab.serving.capture import recorder, sglang_backend, study
 from fp4lab.serving.replay import env, versions
 
 
@@ -125,7 +125,7 @@ def test_fp4labs_mirror_replays_as_sglangs_own_backend(tmp_path):
     never captured: the same run replays nothing wrong, the mirror's would)."""
     built = env.ensure_env(versions.STORY_VERSION)
     assert built.ok, built.error
-    child = venvs.Child(built.python, "fp4lab.compile.capture.sglang_backend", ("64", "2", "16,32"),
+    child = venvs.Child(built.python, "fp4lab.serving.capture.sglang_backend", ("64", "2", "16,32"),
                         "capture-mirror", "SGLang's piecewise backend")  # fmt: skip
     found = venvs.run_child(child, tmp_path, 600)
     assert "error" not in found, found.get("traceback", found["error"])

@@ -15,7 +15,7 @@ import torch
 
 from fp4lab.compile import fix, fix_checks, tradeoff
 from fp4lab.core import catalog, paths, records, runner
-from fp4lab.report import decision
+from fp4lab.report import decision, index
 from fp4lab.serving.replay import versions
 
 pytestmark = pytest.mark.notebook
@@ -49,7 +49,8 @@ def story(tmp_path_factory):
     notebooks = {nb.name: nb for nb in catalog.notebooks()}
     for name, parameters in RUNS.items():
         executed = runner.execute(notebooks[name], folder / "executed", parameters)
-    runner.export_html(executed, folder / "html")
+        runner.export_html(executed, folder / "html")
+    index.write(folder / "html")
     yield folder
     patch.undo()
 
@@ -125,6 +126,19 @@ def test_02_walks_the_chain_to_file_io(story):
         "the file I/O is reached after the registry only with the registry bypassed, and says so"
     )
     assert verdict["evidence"] == steps[-1]["evidence"]
+
+
+def test_exported_pages_show_results_not_noise(story):
+    """No install lines (notebook 04 builds SGLang's environment), no library warnings, no stray
+    return values, no NaN cells."""
+    for name in RUNS:
+        html = (story / "html" / f"{name}.html").read_text()
+        for noise in ("[env]   ", "UserWarning", "PosixPath(", "<td>NaN</td>", "Resolved "):
+            assert noise not in html, f"{name}: {noise!r}"
+    assert (
+        "[env] build/sglang-compile/0.5.9/venv: "
+        in (story / "html" / "04_fullgraph_false_tradeoff.html").read_text()
+    ), "one line for the environment"
 
 
 def test_03_reproduces_the_compiler_disable_rejection(story):
@@ -270,14 +284,14 @@ def _chromium() -> str | None:
     return found
 
 
-@pytest.mark.browser
-def test_10_report_renders_in_headless_chromium(story):
+def _rendered(page_path, shot) -> dict:
+    """The page at WIDTH in headless Chromium: its first screen's text, width, overflowing
+    elements, table row counts, whole text; a full-page screenshot in ``shot``."""
     chromium = _chromium()
     if chromium is None:
         pytest.skip("chromium is not installed on this machine (.ci/run installs it)")
     from playwright.sync_api import sync_playwright
 
-    shot = paths.build_dir() / "test" / "10_decision_report.png"
     shot.parent.mkdir(parents=True, exist_ok=True)
     with sync_playwright() as pw:
         browser = pw.chromium.launch(
@@ -293,21 +307,43 @@ def test_10_report_renders_in_headless_chromium(story):
         )
         try:
             page = browser.new_page(viewport={"width": WIDTH, "height": 900})
-            page.goto((story / "html" / "10_decision_report.html").as_uri())
-            first_screen = page.inner_text("body")[:3000]
+            page.goto(page_path.as_uri())
+            found = {
+                "first_screen": page.inner_text("body")[:3000],
+                "page_width": page.evaluate("() => document.documentElement.scrollWidth"),
+                "overflowing": page.evaluate(OVERFLOWING),
+                "tables": page.evaluate(
+                    "() => [...document.querySelectorAll('table')].map(t => t.rows.length)"
+                ),
+                "text": page.inner_text("body"),
+            }
             page.screenshot(path=str(shot), full_page=True)
-            page_width = page.evaluate("() => document.documentElement.scrollWidth")
-            overflowing = page.evaluate(OVERFLOWING)
-            tables = page.evaluate(
-                "() => [...document.querySelectorAll('table')].map(t => t.rows.length)"
-            )
-            text = page.inner_text("body")
         finally:
             browser.close()
-    assert page_width <= WIDTH, f"the page is {page_width} px wide at a {WIDTH} px window"
-    assert overflowing == [], f"elements wider than their box or the window: {overflowing}"
-    assert "Was piecewise CUDA graphs really blocked?" in first_screen
-    assert "What the alternatives are worth." in first_screen
-    assert len(tables) >= 3 and tables[0] == 1 + len(decision.QUESTIONS), tables
-    assert "Piecewise CUDA graphs" in text and "Single Batch Overlap" in text
+    assert found["page_width"] <= WIDTH, f"the page is {found['page_width']} px wide at {WIDTH} px"
+    assert found["overflowing"] == [], f"elements wider than their box: {found['overflowing']}"
+    return found
+
+
+@pytest.mark.browser
+def test_10_report_renders_in_headless_chromium(story):
+    shot = paths.build_dir() / "test" / "10_decision_report.png"
+    seen = _rendered(story / "html" / "10_decision_report.html", shot)
+    assert "Was piecewise CUDA graphs really blocked?" in seen["first_screen"]
+    assert "What the alternatives are worth." in seen["first_screen"]
+    assert len(seen["tables"]) >= 3 and seen["tables"][0] == 1 + len(decision.QUESTIONS)
+    assert "Piecewise CUDA graphs" in seen["text"] and "Single Batch Overlap" in seen["text"]
     assert shot.stat().st_size > 20_000
+
+
+@pytest.mark.browser
+def test_the_index_leads_with_the_answer_and_gives_each_notebooks_verdict(story):
+    seen = _rendered(story / "html" / "index.html", paths.build_dir() / "test" / "index.png")
+    lines = [line for line in seen["first_screen"].splitlines() if line.strip()]
+    assert lines[0] == "fp4lab: which serving optimizations work for FP4 models"
+    assert lines[1].startswith("Was piecewise CUDA graphs really blocked? As the story compiled "
+                               "it: BLOCKED (crash 1 of 3 reproduced")  # fmt: skip
+    assert "The decision report, with its evidence" in seen["first_screen"]
+    assert seen["tables"] == [1 + len(catalog.notebooks())]
+    [tradeoff] = _values("04_fullgraph_false_tradeoff", "summary")
+    assert f"WRONG OUTPUT\t{tradeoff['number']}" in seen["text"], "the row's verdict and number"

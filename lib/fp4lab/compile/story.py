@@ -15,7 +15,6 @@ import torch
 
 from fp4lab.compile import segment, target
 from fp4lab.core import params, records
-from fp4lab.serving.replay import versions
 
 PARAMETERS = (
     "target_sm",
@@ -34,7 +33,8 @@ PARAMETERS = (
     "cuda_home",
     "sglang_versions",
 )
-"""The story notebooks' parameters, in the order ``prepare`` checks them."""
+"""The story notebooks' parameters, in the order ``prepare`` checks them (``sglang_versions``
+comes checked by ``serving.capture.study.releases``: compile knows nothing of SGLang)."""
 
 
 @dataclass
@@ -105,8 +105,6 @@ def check(**parameters: object) -> dict:
         p["device"] = str(params.device("device", p["device"]))
     if "cuda_home" in p:
         _nonempty_text("cuda_home", p["cuda_home"])
-    if "sglang_versions" in p:
-        p["sglang_versions"] = versions.check_versions(p["sglang_versions"])
     return p
 
 

@@ -108,7 +108,8 @@ def tradeoff_table(rows: list[dict]) -> pd.DataFrame:
     """Each variant at each token count: capture mode, graphs, pieces and eager islands per step,
     inputs moved since capture, the output check, GPU ms per step (CPU timings apart)."""
     table = pd.DataFrame(rows)
-    return table[[c for c in TRADEOFF_COLUMNS if c in table]]
+    table = table[[c for c in TRADEOFF_COLUMNS if c in table]]
+    return table.astype(object).where(table.notna(), "")  # a variant without the measure
 
 
 def sglang_backend_table(rows: list[dict]) -> pd.DataFrame:

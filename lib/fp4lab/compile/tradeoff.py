@@ -1,26 +1,15 @@
-"""The fullgraph=False trade-off (the story's untested assumption 1), measured the way SGLang's
-piecewise runner would run it (``compile.piecewise``).
+"""The fullgraph=False trade-off (the story's untested assumption 1) under fp4lab's mirror of
+SGLang's piecewise runner (``compile.piecewise``, proven equal to SGLang's own backend by a
+test); SGLang's own backend runs it in ``serving.capture``, whose decision this one defers to.
 
-The same stack of FP4 layers, attention as a split op, run four ways with the same quantize
-kernel:
-
-* ``eager``: no compile; the reference every other output is checked against.
-* ``compiled_with_breaks``: ``torch.compile(fullgraph=False)`` with the quantize call behind
-  ``torch.compiler.disable`` (the story's msg 1002 patch), under piecewise capture: every dynamo
-  graph is split at attention, its pieces captured, and the quantize runs eagerly between graphs.
-* ``compiled_fullgraph_custom_op``: ``fullgraph=True`` with the quantize as a custom op (the
-  fix), under piecewise capture: one dynamo graph, split at attention only.
-* ``full_cuda_graph``: the fix's whole step captured into one CUDA graph: what a decode-style
-  full graph does, never what piecewise capture costs.
-
-Each is measured per token count (SGLang compiles and captures per entry of its prefill capture
-list). On a CUDA device every piece is captured and replayed, the step is timed, and the output
-after a full replay of all pieces is checked against the same compiled step run uncaptured, and
-each dynamo graph's output against its warm-up run (where a piece's weak-referenced output
-would show); the difference from eager is recorded too. On a CPU only the structure is
-measured: pieces, graphs and eager islands per step, and the piece runs that meet other weights
-than at their capture; its step times are recorded as CPU timings, never as the cost of a GPU
-mechanism.
+The same stack of FP4 layers, attention as a split op, four ways, one quantize kernel:
+``eager`` (the reference); ``compiled_with_breaks`` (``fullgraph=False``, the quantize behind
+``torch.compiler.disable``: the story's msg 1002 patch); ``compiled_fullgraph_custom_op`` (the
+fix: one dynamo graph, split at attention only); ``full_cuda_graph`` (the fix's whole step as
+one CUDA graph, decode-style, never a piecewise cost). Per token count: on a CUDA device each
+piece is captured and replayed, the step timed, its output checked against a compile of its own
+with capture off and against eager; on a CPU only the structure (graphs, pieces, eager islands,
+piece runs meeting other weights than at their capture), with CPU timings recorded apart.
 """
 
 from __future__ import annotations

@@ -32,6 +32,15 @@ def build_dir() -> Path:
     return Path(os.environ.get("FP4LAB_BUILD_DIR", REPO_ROOT / "build"))
 
 
+def shown(path: Path) -> str:
+    """``path`` as output shows it: from the build folder (``build/...``) or the repository
+    (``./...``) where it lies in one, else as it is."""
+    for root, said in ((build_dir(), "build"), (REPO_ROOT, ".")):
+        if Path(path).is_relative_to(root):
+            return f"{said}/{Path(path).relative_to(root)}"
+    return str(path)
+
+
 def data_dir() -> Path:
     """Where result records (JSON lines) are written: build/data unless FP4LAB_DATA_DIR says.
 

@@ -8,13 +8,15 @@ none is still alive. ``group`` does that on normal exit, on an exception, on Ctr
 the main thread) on SIGTERM to the harness, which it turns into ``SystemExit`` so cleanup runs.
 A SIGKILL of the harness cannot be caught: on Linux every child is started with a parent-death
 signal (SIGTERM when the harness dies), and ``exit_with_parent`` gives fp4lab's own processes
-(the runner, notebook kernels, ranks) the same.
+(the runner, notebook kernels, ranks) the same. ``one_run_at_a_time`` keeps a second run of a
+checkout waiting for the first.
 """
 
 from __future__ import annotations
 
 import contextlib
 import ctypes
+import fcntl
 import os
 import signal
 import subprocess
@@ -276,3 +278,22 @@ def tail(path: Path, lines: int = 30) -> str:
         f.seek(max(0, f.tell() - 256 * 1024))
         text = f.read().decode(errors="replace")
     return "\n".join(text.splitlines()[-lines:])
+
+
+@contextlib.contextmanager
+def one_run_at_a_time(lock: Path) -> Iterator[None]:
+    """Hold ``lock`` (an exclusive flock) for the run; a run that finds it held says which pid
+    holds it and waits for it to be released."""
+    lock.parent.mkdir(parents=True, exist_ok=True)
+    with open(lock, "a+") as held:
+        try:
+            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            held.seek(0)
+            print(f"another run in this checkout (pid {held.read().strip() or '?'}) holds {lock}: "
+                  "waiting for it to finish", flush=True)  # fmt: skip
+            fcntl.flock(held, fcntl.LOCK_EX)
+        held.truncate(0)
+        held.write(str(os.getpid()))
+        held.flush()
+        yield

@@ -1,8 +1,8 @@
 """Running the notebooks this machine can run, in order, through papermill.
 
 ``reproduce`` executes every selected notebook whose needs the machine meets, writes the
-executed copy and an HTML export with code hidden to build/ (with ``index.html`` linking them all,
-each with its status and time), records every notebook's status
+executed copy and an HTML export with code hidden to build/ (and ``index.html``, the front
+page, by ``fp4lab.report.index``), records every notebook's status
 (ran, failed, skipped and why) in data/reproduce.jsonl, and exits non-zero at the end if any
 runnable notebook failed. It prints each notebook's start, each cell as it runs (with what the
 cell prints) and the notebook's time; a cell that runs past the notebook's ``cell_timeout_s`` is
@@ -20,14 +20,10 @@ kernel, which dies with the runner, takes its own children with it (``core.proce
 from __future__ import annotations
 
 import argparse
-import contextlib
-import fcntl
 import logging
 import os
 import sys
 import time
-from collections.abc import Iterator
-from html import escape
 from pathlib import Path
 
 import nbformat
@@ -129,54 +125,17 @@ def export_html(executed: Path, out_dir: Path) -> Path:
     return html
 
 
-@contextlib.contextmanager
-def one_run_at_a_time(lock: Path) -> Iterator[None]:
-    """Hold ``lock`` (an exclusive flock) for the run; a run that finds it held says which pid
-    holds it and waits for it to be released."""
-    lock.parent.mkdir(parents=True, exist_ok=True)
-    with open(lock, "a+") as held:
-        try:
-            fcntl.flock(held, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            held.seek(0)
-            print(f"another run in this checkout (pid {held.read().strip() or '?'}) holds {lock}: "
-                  "waiting for it to finish", flush=True)  # fmt: skip
-            fcntl.flock(held, fcntl.LOCK_EX)
-        held.truncate(0)
-        held.write(str(os.getpid()))
-        held.flush()
-        yield
+INDEX_TIMEOUT_S = 300
 
 
-def write_index(available: list[Notebook], html_dir: Path) -> Path:
-    """``index.html`` beside the reports: every notebook, linked where its HTML was exported,
-    with the status, seconds and time of its newest `make reproduce` record."""
-    newest = {r["values"]["notebook"]: r for r in records.read("reproduce")}
-    rows = []
-    for nb in available:
-        page = html_dir / f"{nb.name}.html"
-        found = newest.get(nb.name)
-        v = found["values"] if found else {}
-        name = escape(nb.name)
-        link = f'<a href="{name}.html">{name}</a>' if page.exists() else name
-        cells = [link, escape(nb.title), escape(v.get("status", "not run")),
-                 str(v.get("seconds", "")), escape(found["provenance"]["time_utc"] if found else ""),
-                 escape(v.get("reason", ""))]  # fmt: skip
-        rows.append("<tr>" + "".join(f"<td>{c}</td>" for c in cells) + "</tr>")
-    head = "".join(f"<th>{h}</th>" for h in
-                   ("notebook", "shows", "status", "seconds", "ran at (UTC)", "reason"))  # fmt: skip
-    body = (
-        "<!doctype html><meta charset='utf-8'><title>fp4lab reports</title>"
-        "<style>table{border-collapse:collapse}td,th{border:1px solid #ccc;padding:4px 8px;"
-        "text-align:left;vertical-align:top}</style><h1>fp4lab reports</h1>"
-        f"<table><tr>{head}</tr>{''.join(rows)}</table>"
-    )
-    html_dir.mkdir(parents=True, exist_ok=True)
-    index = html_dir / "index.html"
-    partial = html_dir / f".index.{os.getpid()}.partial.html"
-    partial.write_text(body)
-    partial.replace(index)
-    return index
+def write_index(folder: Path, html_dir: Path) -> str:
+    """``index.html`` beside the reports, written by the report package (``fp4lab.report.index``,
+    run as a program: the report reads records, core never imports it); '' or why it failed."""
+    log = paths.build_dir() / "logs" / "index.log"
+    log.parent.mkdir(parents=True, exist_ok=True)
+    done = process.run([sys.executable, "-m", "fp4lab.report.index", str(html_dir), str(folder)],
+                       log, INDEX_TIMEOUT_S)  # fmt: skip
+    return "" if done.ok else f"index.html not written: {process.tail(log, 1).strip()}"
 
 
 def _record(nb: Notebook, status: str, reason: str, started: float) -> None:
@@ -262,13 +221,15 @@ def reproduce(
             _record(nb, "interrupted", f"{nb.name}: stopped by {how}", started)
             raise
         _record(nb, status, reason, started)
-    if html:
-        write_index(notebooks(folder), html_dir)
+    index_error = write_index(folder, html_dir) if html else ""
+    if index_error:
+        print(index_error, file=sys.stderr)
     if failed:
         print(
             f"{len(failed)} runnable notebook(s) failed: {', '.join(failed)}; executed copies in {executed_dir}",
             file=sys.stderr,
         )
+    if failed or index_error:
         return 1
     print(f"done: executed notebooks in {executed_dir}" + (f", HTML in {html_dir}" if html else ""))
     return 0
@@ -303,7 +264,10 @@ def main(argv: list[str] | None = None, folder: Path = paths.NOTEBOOKS_DIR) -> i
             )
         return 0
     try:
-        with process.sigterm_raises(), one_run_at_a_time(paths.build_dir() / "reproduce.lock"):
+        with (
+            process.sigterm_raises(),
+            process.one_run_at_a_time(paths.build_dir() / "reproduce.lock"),
+        ):
             return reproduce(
                 args.notebooks,
                 html=not args.no_html,

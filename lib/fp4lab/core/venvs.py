@@ -17,6 +17,7 @@ several at once where the machine has the cores, and reads the JSON each writes 
 from __future__ import annotations
 
 import concurrent.futures
+import functools
 import json
 import os
 import shutil
@@ -52,7 +53,7 @@ class Environment:
         """Bytes of its files, each counted once (hardlinks into the shared cache included)."""
         return paths.disk_bytes(self.path) if self.status != "failed" else 0
 
-    @property
+    @functools.cached_property
     def own_bytes(self) -> int:
         """Bytes only this environment holds: its files that are not hardlinks into the cache."""
         return paths.unshared_bytes(self.path) if self.status != "failed" else 0
@@ -143,10 +144,18 @@ def _failure(label: str, output: str) -> str:
     return f"{label} failed: {' | '.join(tail)}"
 
 
+def _in_notebook() -> bool:
+    """Whether this process is a Jupyter kernel (its stderr is a notebook's output)."""
+    return "ipykernel" in sys.modules
+
+
 def _run(label: str, command: list[str], log: Path) -> str:
-    """Run one uv command, its output shown on stderr as it comes and kept in ``log``; '' when
-    it succeeded, else why it failed."""
-    print(f"[env] {label}", file=sys.stderr, flush=True)
+    """Run one uv command, its output kept in ``log`` and shown on stderr as it comes, except in
+    a notebook (an exported report would carry every installed package); '' when it succeeded,
+    else why it failed."""
+    stream = not _in_notebook()
+    if stream:
+        print(f"[env] {label}", file=sys.stderr, flush=True)
     with log.open("a") as out:
         out.write(f"$ {' '.join(command)}\n")
         child = subprocess.Popen(
@@ -160,22 +169,35 @@ def _run(label: str, command: list[str], log: Path) -> str:
         for line in child.stdout:
             out.write(line)
             lines.append(line)
-            print(f"[env]   {line.rstrip()}", file=sys.stderr, flush=True)
+            if stream:
+                print(f"[env]   {line.rstrip()}", file=sys.stderr, flush=True)
         child.wait()
     return _failure(label, "".join(lines[-20:])) if child.returncode else ""
 
 
+def _said(environment: Environment, log: Path) -> Environment:
+    """``environment``, after one line on stdout: built or reused, seconds, bytes of its own."""
+    where = paths.shown(environment.path)
+    if environment.status == "failed":
+        print(f"[env] {where}: failed after {environment.seconds:.0f} s (log: {paths.shown(log)})")
+    else:
+        print(f"[env] {where}: {environment.status} in {environment.seconds:.0f} s, "
+              f"{environment.own_bytes / 2**20:.0f} MiB of its own (log: {paths.shown(log)})")  # fmt: skip
+    return environment
+
+
 def ensure(path: Path, steps: list[list[str]]) -> Environment:
     """Build (or reuse) the environment at ``path``: ``uv venv``, then ``uv pip <step>`` for each
-    step (arguments as for ``uv pip``; the environment's interpreter is added)."""
+    step (arguments as for ``uv pip``; the environment's interpreter is added); one line says
+    what came of it (``_said``), uv's own output goes to its log (and stderr outside notebooks)."""
+    started = time.perf_counter()
     stamp = path / STAMP
     recipe = "\n".join(" ".join(step) for step in steps)
+    log = path.parent / f"{path.name}.build.log"
     if stamp.exists() and stamp.read_text() == recipe:
-        return Environment(path, "reused")
-    started = time.perf_counter()
+        return _said(Environment(path, "reused", time.perf_counter() - started), log)
     shutil.rmtree(path, ignore_errors=True)
     uv, python = uv_binary(), str(path / "bin" / "python")
-    log = path.parent / f"{path.name}.build.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     commands = [("uv venv", [uv, "venv", "-q", "--python", sys.executable, str(path)])]
@@ -187,9 +209,9 @@ def ensure(path: Path, steps: list[list[str]]) -> Environment:
         error = _run(label, command, log)
         if error:
             shutil.rmtree(path, ignore_errors=True)
-            return Environment(path, "failed", time.perf_counter() - started, error)
+            return _said(Environment(path, "failed", time.perf_counter() - started, error), log)
     stamp.write_text(recipe)
-    return Environment(path, "built", time.perf_counter() - started)
+    return _said(Environment(path, "built", time.perf_counter() - started), log)
 
 
 @dataclass(frozen=True)

@@ -66,8 +66,13 @@ def _e2m1_table(device: torch.device) -> torch.Tensor:
 
 
 def e2m1_decode(codes: torch.Tensor) -> torch.Tensor:
-    """Float32 values of 4-bit codes (uint8 holding 0..15)."""
-    return _e2m1_table(codes.device)[codes.long()]
+    """Float32 values of 4-bit codes (uint8 holding 0..15); under torch.compile the table is a
+    constant of the graph (dynamo traces through a cache, and warns that it does)."""
+    if torch.compiler.is_compiling():
+        table = torch.tensor(E2M1_VALUES, dtype=torch.float32, device=codes.device)
+    else:
+        table = _e2m1_table(codes.device)
+    return table[codes.long()]
 
 
 def e4m3_encode(v: torch.Tensor) -> torch.Tensor:

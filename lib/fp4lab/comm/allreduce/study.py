@@ -24,8 +24,7 @@ GPU_BACKENDS = ("mscclpp", "nccl")
 
 @dataclass(frozen=True)
 class Planned:
-    """One backend of the plan: how many ranks, why it cannot run here (None when it can), and
-    the interpreter its ranks run in."""
+    """One backend of the plan: ranks, why it cannot run here (None if it can), ranks' python."""
 
     backend: str
     ranks: int

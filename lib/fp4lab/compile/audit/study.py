@@ -81,7 +81,8 @@ def run_audits(
         if "error" in one:
             into["env"], into["error"] = "failed", one["error"]
         verdicts = Counter(r["verdict"] for r in one.get("rows", []))
-        progress(f"  {version} SM{sm}: {dict(verdicts) or one.get('error')}")
+        said = ", ".join(f"{n} {verdict}" for verdict, n in verdicts.most_common())
+        progress(f"  {version} SM{sm}: {said or one.get('error')}")
 
     venvs.run_children(list(children), paths.build_dir() / "audit" / "logs", TIMEOUT_S, audited)
     return found

@@ -18,6 +18,11 @@ DEFAULT_VERSIONS = ("0.5.9", "0.5.12", "0.5.21")
 CHILD_TIMEOUT_S = 600
 
 
+def releases(sglang_versions: list[str] | str) -> list[str]:
+    """The releases asked for, checked (each of ``versions.VERSIONS``, or ``all``)."""
+    return versions.check_versions(sglang_versions)
+
+
 def levels(capture: str) -> list[str]:
     """What a drive's rows reached: traced, the reference quantize, capture imitated or real."""
     return evidence.check(
@@ -42,7 +47,7 @@ def measure(rec: records.Recorder, scale: int, layers: int, sizes: list[int]) ->
             continue
         print(f"SGLang {version}: its piecewise backend on {layers} layers ...", flush=True)
         child = venvs.Child(
-            built.python, "fp4lab.compile.capture.sglang_backend",
+            built.python, "fp4lab.serving.capture.sglang_backend",
             (str(scale), str(layers), ",".join(map(str, sizes))), f"capture-{version}",
             f"SGLang {version}'s piecewise backend",
         )  # fmt: skip

@@ -2,7 +2,7 @@
 ``install_torch_compiled``, ``SGLangBackend`` and ``CUDAPiecewiseBackend``, in the order its
 piecewise runner drives them.
 
-    python -m fp4lab.compile.capture.sglang_backend OUT.json SCALE LAYERS TOKENS[,TOKENS...]
+    python -m fp4lab.serving.capture.sglang_backend OUT.json SCALE LAYERS TOKENS[,TOKENS...]
 
 The runner's order: install, a compile pass (one forward per capture size, largest first, in
 the release's warm-up context: pieces run, nothing is captured), a capture pass (two forwards
@@ -30,9 +30,9 @@ from typing import Any
 import torch
 
 from fp4lab.compile import fix, segment
-from fp4lab.compile.capture import recorder
-from fp4lab.compile.capture.release import Release, Unsplittable
 from fp4lab.core import paths
+from fp4lab.serving.capture import recorder
+from fp4lab.serving.capture.release import Release, Unsplittable
 
 VARIANTS = {
     "fullgraph_false": (False, "compiled_with_breaks"),
