@@ -14,7 +14,7 @@ import torch
 
 from fp4lab.compile import target
 from fp4lab.compile.audit import __main__ as cli
-from fp4lab.compile.audit import eager, inputs, run, simulation, study, surface
+from fp4lab.compile.audit import eager, inputs, run, simulation, study, surface, toolkit
 from fp4lab.compile.trace import SIGNATURES
 
 HANDFUL = [
@@ -97,22 +97,22 @@ def test_torch_answers_as_a_cuda_build_inside_the_simulation_and_as_itself_after
     assert torch.cuda.device_count() == 0
 
 
-@pytest.mark.parametrize("mode", simulation.RUN_MODES)
+@pytest.mark.parametrize("mode", toolkit.RUN_MODES)
 def test_flashinfers_own_toolkit_query_finds_the_toolkit_as_each_install_mode_does(mode):
     from flashinfer.jit import cpp_ext
 
     before = {k: os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH", "PATH")}
-    with simulation.toolkit(mode):
+    with toolkit.installed(mode):
         assert str(cpp_ext.get_cuda_version()) == simulation.CUDA_VERSION
-        assert cpp_ext.get_cuda_path() == str(simulation.toolkit_dir())
-        found_on_path = shutil.which("nvcc") == str(simulation.toolkit_dir() / "bin" / "nvcc")
+        assert cpp_ext.get_cuda_path() == str(toolkit.folder())
+        found_on_path = shutil.which("nvcc") == str(toolkit.folder() / "bin" / "nvcc")
         assert found_on_path == (mode == "jit")
         assert ("CUDA_HOME" in os.environ) == (mode == "jit_cuda_home")
     assert {k: os.environ.get(k) for k in before} == before
 
 
 def test_the_kernel_boundary_stops_the_eager_call_at_flashinfers_jit_build():
-    with simulation.simulated_cuda((12, 0)), simulation.toolkit("jit"), simulation.fake_cuda():
+    with simulation.simulated_cuda((12, 0)), toolkit.installed("jit"), simulation.fake_cuda():
         x, scale = simulation.on_gpu(lambda: (torch.randn(128, 128, dtype=torch.bfloat16),
                                               torch.ones(1)))  # fmt: skip
         found = eager.call(target.flashinfer.fp4_quantize, (x, scale), {})
@@ -244,7 +244,7 @@ def test_help_explains_every_verdict_outcome_install_mode_and_stand_in(capsys):
     with pytest.raises(SystemExit):
         cli.main(["--help"])
     out = capsys.readouterr().out
-    names = [*run.VERDICTS, *eager.OUTCOMES, *simulation.INSTALL_MODES, *run.STAGE_NOTES,
+    names = [*run.VERDICTS, *eager.OUTCOMES, *toolkit.INSTALL_MODES, *run.STAGE_NOTES,
              *SIGNATURES, *(s["name"] for s in simulation.STANDINS)]  # fmt: skip
     for name in names:
         assert f"{name}:" in out or name in out.split("signatures")[-1], name

@@ -15,7 +15,7 @@ import os
 import sys
 import warnings
 
-from fp4lab.compile.audit import eager, inputs, run, simulation, study
+from fp4lab.compile.audit import eager, inputs, run, simulation, study, toolkit
 from fp4lab.compile.audit.surface import kind_of
 from fp4lab.compile.matrix.versions import check_versions
 from fp4lab.compile.trace import SIGNATURES
@@ -32,7 +32,7 @@ def _epilog() -> str:
         f"eager outcomes:\n{listed(eager.OUTCOMES)}\n"
         f"install modes (which a verdict covers: jit is run for every call, jit_cuda_home where "
         f"the first blocker is FlashInfer's toolkit query, prebuilt read from the frames):\n"
-        f"{listed(simulation.INSTALL_MODES)}\n"
+        f"{listed(toolkit.INSTALL_MODES)}\n"
         f"remedies the chain applies in turn:\n{listed(run.STAGE_NOTES)}\n"
         f"what is simulated:\n{listed(standins)}\n"
         f"signatures (how a blocker is named): {', '.join(SIGNATURES)}\n"

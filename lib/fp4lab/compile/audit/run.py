@@ -2,7 +2,7 @@
 verdict from both (eager first: a trace is blamed only where the eager call accepted the inputs).
 
 ``audit`` makes the call's inputs as fake CUDA tensors inside ``simulation.simulated_cuda`` (the
-target SM, a CUDA build of torch) and ``simulation.toolkit`` (the install mode), then:
+target SM, a CUDA build of torch) and ``toolkit.installed`` (the install mode), then:
 
 1. traces the call under ``torch.compile(fullgraph=True)``; each blocker with a remedy of the
    story (``stages``: the CUDA version from torch, the JIT registry's bookkeeping) is removed in
@@ -27,7 +27,7 @@ from typing import Any
 import torch
 
 from fp4lab.compile import stages, trace
-from fp4lab.compile.audit import eager, simulation
+from fp4lab.compile.audit import eager, simulation, toolkit
 
 VERDICTS = (
     "one graph",
@@ -152,7 +152,7 @@ def _run(
     inputs; a failure to build the inputs is the eager outcome, with no rows."""
     with (
         simulation.simulated_cuda(sm),
-        simulation.toolkit(mode),
+        toolkit.installed(mode),
         simulation.fake_cuda() if fake else contextlib.nullcontext(),
         torch.no_grad(),
     ):

@@ -1,15 +1,11 @@
-"""The machine the audit simulates on a CPU: a CUDA build of torch with one GPU of the target SM,
-a CUDA toolkit as each install mode has it, and (for the eager call only) the kernel boundary.
+"""The machine the audit simulates on a CPU: a CUDA build of torch with one GPU of the target SM
+and (for the eager call only) the kernel boundary; its CUDA toolkit is ``toolkit``'s.
 
 * ``simulated_cuda``: torch's CUDA runtime answers as one GPU of ``sm`` (device count, current
   device, properties, streams, RNG state, ``torch.version.cuda``). Only the runtime bindings
   below ``torch.cuda``'s Python functions are replaced, so FlashInfer and dynamo meet torch's own
   ``torch.cuda.get_device_capability`` & co. and dynamo applies its own rules to them. Tensors
   are fake CUDA tensors (``FakeTensorMode``), so nothing needs a kernel to run.
-* ``toolkit``: a CUDA toolkit whose ``nvcc`` answers ``--version``, found as the install mode
-  (``INSTALL_MODES``) finds it: on PATH with CUDA_HOME unset (FlashInfer's ``get_cuda_path``
-  runs ``which nvcc``), or as CUDA_HOME (it returns the variable; the first subprocess is
-  ``nvcc --version``).
 * ``kernel_boundary``: for the eager call, the point where FlashInfer hands work to CUDA (a JIT
   build, a cubin download) raises ``KernelReached`` instead; a CuTe DSL compile or a cuDNN call
   fails inside its own package, which ``boundary_frame`` recognises. The trace always meets
@@ -21,37 +17,19 @@ Every context manager restores what it changed on exit, even when the block rais
 from __future__ import annotations
 
 import contextlib
-import os
 import sys
 from collections.abc import Callable, Iterator
-from pathlib import Path
 from typing import Any
 
 import torch
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 from fp4lab.compile import target
-from fp4lab.core import paths, probe
+from fp4lab.core import probe
 
 CUDA_VERSION = "12.9"
 """The CUDA build torch claims and the toolkit's nvcc reports (FlashInfer's SM120 kernels need
 12.8 or later, 0.6.11+ compare against 12.9)."""
-
-INSTALL_MODES = {
-    "jit": "JIT kernels, nvcc on PATH and CUDA_HOME unset: FlashInfer's get_cuda_path runs "
-    "`which nvcc` before `nvcc --version`",
-    "jit_cuda_home": "JIT kernels with CUDA_HOME set: get_cuda_path returns it, the first "
-    "subprocess is `nvcc --version`",
-    "prebuilt": "prebuilt kernels (flashinfer-jit-cache / AOT modules, flashinfer-cubin): decided "
-    "from the trace's frames (the registry has no flashinfer-jit-cache): a blocker met while a "
-    "JitSpec is generated (before JitSpec.build_and_load looks for a prebuilt module), or in the "
-    "cubin loader (which reads flashinfer-cubin's files the same way), holds; one inside "
-    "build_and_load may not",
-}
-"""How FlashInfer finds its kernels; the first two are run, the third is read from the frames."""
-
-RUN_MODES = ("jit", "jit_cuda_home")
-"""The install modes an audit runs (``prebuilt`` is decided from their frames)."""
 
 STANDINS = (
     {
@@ -220,50 +198,6 @@ def simulated_cuda(sm: tuple[int, int]) -> Iterator[dict]:
     ]  # fmt: skip
     with _replaced(pairs), probe.simulating(sm), target.populated_arch_set(sm):
         yield probe.target()
-
-
-def toolkit_dir() -> Path:
-    """A CUDA toolkit with one program, ``bin/nvcc``, answering ``--version`` (made once)."""
-    root = paths.build_dir() / "cache" / "audit" / f"cuda-{CUDA_VERSION}"
-    nvcc = root / "bin" / "nvcc"
-    if not nvcc.exists():
-        nvcc.parent.mkdir(parents=True, exist_ok=True)
-        text = f"Cuda compilation tools, release {CUDA_VERSION}, V{CUDA_VERSION}.86"
-        nvcc.write_text(f"#!/bin/sh\necho 'nvcc: NVIDIA (R) Cuda compiler driver'\necho '{text}'\n")
-        nvcc.chmod(0o755)
-    return root
-
-
-def _clear_toolkit_caches() -> None:
-    """FlashInfer's cached toolkit answers (``get_cuda_path``, ``get_cuda_version``) forgotten."""
-    cpp_ext = sys.modules.get("flashinfer.jit.cpp_ext")
-    for name in ("get_cuda_path", "get_cuda_version"):
-        getattr(getattr(cpp_ext, name, None), "cache_clear", lambda: None)()
-
-
-@contextlib.contextmanager
-def toolkit(mode: str) -> Iterator[None]:
-    """The CUDA toolkit found as install ``mode`` (one of RUN_MODES) finds it."""
-    if mode not in RUN_MODES:
-        raise ValueError(f"mode={mode!r} is not an install mode that runs; allowed: {RUN_MODES}")
-    root = toolkit_dir()
-    saved = {k: os.environ.get(k) for k in ("CUDA_HOME", "CUDA_PATH", "PATH")}
-    for name in ("CUDA_HOME", "CUDA_PATH"):
-        os.environ.pop(name, None)
-    if mode == "jit_cuda_home":
-        os.environ["CUDA_HOME"] = str(root)
-    else:
-        os.environ["PATH"] = f"{root / 'bin'}{os.pathsep}{saved['PATH'] or ''}"
-    _clear_toolkit_caches()
-    try:
-        yield
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
-        _clear_toolkit_caches()
 
 
 def _reached(what: str) -> Any:

@@ -21,7 +21,6 @@ CUDA_HOMES is comma-separated; STORY is ``story`` or ``-``.
 from __future__ import annotations
 
 import contextlib
-import importlib.util
 import json
 import os
 import platform
@@ -36,7 +35,7 @@ import torch
 
 from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, paths, probe
-from fp4lab.serving.replay import decide, model, patch, quantize, runner
+from fp4lab.serving.replay import decide, facts, model, patch, plugin, quantize, runner
 
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
@@ -45,8 +44,6 @@ KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "s
 
 INDEXER_FILES = ("nsa_indexer.py", "dsa_indexer.py")
 """The DSA indexer's file in each layout (``layout.DSA_HOMES``)."""
-
-FP4_REFERENCE = "fp4lab reference (CPU kernel lent to fp4lab_patch::fp4_quantize)"
 
 
 def _row(run: runner.Run, kernel: str | None, simulated: bool, **extra: object) -> dict:
@@ -144,51 +141,11 @@ def cuda_home_cases(built: model.Built, sm: tuple[int, int], cases: list[str]) -
                                 "evidence")} for r in rows]  # fmt: skip
 
 
-def _load_plugin(path: Path, built: model.Built) -> Any:
-    """The written plugin imported from its file (SGLang's modules are imported already, so each
-    part applies at once); the model was built before it, so its indexers are registered with
-    the patch as the patched ``__init__`` would have."""
-    spec = importlib.util.spec_from_file_location(path.stem, path)
-    plugin = importlib.util.module_from_spec(spec)
-    sys.modules[path.stem] = plugin
-    spec.loader.exec_module(plugin)
-    indexers = getattr(plugin, "_INDEXERS", None)
-    if indexers is not None:
-        cls = sys.modules[built.facts["layout"]["dsa_indexer"]].Indexer
-        indexers.update({m.layer_id: m for m in built.model.modules() if isinstance(m, cls)})
-    if hasattr(torch.ops.fp4lab_patch, "fp4_quantize"):
-        reference = fix.reporting(FP4_REFERENCE, fix.reference_fp4_quantize)
-
-        def cpu(x, global_scale=None, sf_vec_size=16, *args: Any) -> Any:
-            codes, scales = reference(x, global_scale)
-            return codes, scales.reshape(-1, x.shape[1] // sf_vec_size)
-
-        torch.library.register_kernel("fp4lab_patch::fp4_quantize", "cpu", cpu)
-    return plugin
-
-
-def _quantize_binding(built: model.Built) -> dict:
-    chosen = built.facts["quantize"]
-    return {"module": "sglang.srt.layers.quantization.modelopt_quant",
-            "name": (chosen.get("called_as") or "fp4_quantize").split(".")[0],
-            "indexer": built.facts["layout"]["dsa_indexer"] or patch.WHERE["indexer"]}  # fmt: skip
-
-
-def _compared(got: tuple, want: tuple) -> dict:
-    """The compiled runner's logits against the eager runner's, on the same fixed inputs."""
-    (logits, kernel, error), (eager_logits, eager_kernel, eager_error) = got, want
-    both = logits is not None and eager_logits is not None
-    return {"equals_eager": both and torch.equal(logits, eager_logits),
-            "max_abs_diff": float((logits.float() - eager_logits.float()).abs().max()) if both else None,
-            "finite": bool(logits is not None and torch.isfinite(logits).all()),
-            "kernel": kernel, "eager_kernel": eager_kernel, "error": error or eager_error}  # fmt: skip
-
-
 def fix_walk(built: model.Built, sm: tuple[int, int], version: str, out: Path) -> dict:
     """The user's patch, part by part (see the module docstring)."""
     parts: list[str] = []
     steps: list[dict] = []
-    label, binding = f"{sm[0]}.{sm[1]}", _quantize_binding(built)
+    label, binding = f"{sm[0]}.{sm[1]}", plugin.quantize_binding(built)
     with stages.applied(stages.target_stages(sm)):
         while True:
             row, compiled = _attempt(built, sm, parts=list(parts))
@@ -198,7 +155,7 @@ def fix_walk(built: model.Built, sm: tuple[int, int], version: str, out: Path) -
                 break
             parts.append(needed)  # this step's part alone is imported: earlier ones are applied
             step = patch.render(version, label, [needed], binding)
-            _load_plugin(patch.write(out.parent / "patch" / needed, version, label, step)[0], built)
+            plugin.load(patch.write(out.parent / "patch" / needed, version, label, step)[0], built)
         result = {"steps": steps, "parts": parts, "compiles": steps[-1]["status"] == "compiled",
                   "plugin": patch.render(version, label, parts, binding) if parts else None}  # fmt: skip
         if result["compiles"]:
@@ -208,7 +165,7 @@ def fix_walk(built: model.Built, sm: tuple[int, int], version: str, out: Path) -
                        "pieces": compiled.compiled.counts.get("num_piecewise_capturable_graphs_seen"),
                        **{k: record[k] for k in ("expected_pieces", "cut_pieces", "split_ops_used",
                                                  "graph_custom_ops")}}  # fmt: skip
-            result |= _compared(got, runner.output(runner.drive(built, sm, eager=True), sm))
+            result |= plugin.compared(got, runner.output(runner.drive(built, sm, eager=True), sm))
             result["evidence"] = evidence.of_run(traced=True, simulated=probe.target()["simulated"],
                                                  kernel=result["kernel"])  # fmt: skip
     return result
@@ -247,7 +204,7 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
     found |= {"facts": built.facts, "standins": built.standins,
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
     flags, how = decide.glm5_flags(
-        model.piecewise_options(), model.glm5_auto_disabled()["disabled"]
+        facts.piecewise_options(), facts.glm5_auto_disabled()["disabled"]
     )
     if flags is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
         return found | {"not_driven": how} | release_rules()
@@ -277,10 +234,10 @@ def failure(exc: BaseException) -> dict:
 def release_rules() -> dict:
     """The release's own rules for GLM-5: its piecewise options, its auto-disable rule, the
     lowest SM its NVFP4 config accepts."""
-    found: dict[str, Any] = {"min_capability": model.min_capability()}
+    found: dict[str, Any] = {"min_capability": facts.min_capability()}
     try:
-        found["piecewise_options"] = model.piecewise_options()
-        found["glm5_auto_disabled"] = model.glm5_auto_disabled()
+        found["piecewise_options"] = facts.piecewise_options()
+        found["glm5_auto_disabled"] = facts.glm5_auto_disabled()
     except Exception as exc:  # recorded: the parser could not be built here
         found["piecewise_options_error"] = f"{type(exc).__name__}: {exc}"
     return found

@@ -1,16 +1,12 @@
 """Inside one SGLang environment: the CPU kernels that stand in for the CUDA, JIT and Triton
-kernels SGLang's GLM-5 calls, each by its definition (fp4lab's spec-exact NVFP4 reference, torch
-norms, rotary and attention math, SGLang's own torch top-k), and the fakes of those that are ops.
-
-Where no CPU reference exists for a kernel's weight layout (FlashInfer's TRT-LLM and CUTLASS FP4
-MoEs, Marlin), the stand-in returns zeros of its shape, and its record says the MoE's or the
-linear layer's numerics are not checked there. Where they are installed, and why, is
-``kernel_tables``; how, ``kernels``.
+kernels SGLang's GLM-5 calls outside its MoE, each by its definition (fp4lab's spec-exact NVFP4
+reference, torch norms, rotary and attention math), and the fakes of those that are ops. The
+MoE's are ``cpu_moe_kernels``; where they are installed, and why, is ``kernel_tables``; how,
+``kernels``.
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any
 
 import torch
@@ -47,45 +43,6 @@ def scaled_fp4_quant(output, x, output_scale, global_scale) -> None:
     codes, scales = fix._ran(LINEAR_QUANTIZE, fix.reference_fp4_quantize(x, global_scale))
     output.copy_(codes)
     output_scale.view(torch.uint8).reshape(-1).copy_(scales.reshape(-1))
-
-
-def moe_fused_gate(x, bias, groups, topk_group, topk, shared, scaling, on_output):
-    """SGLang's own torch implementation of the grouped top-k (``biased_grouped_topk_impl``),
-    undecorated: the reference the fused gate kernel implements."""
-    from sglang.srt.layers.moe import topk as module
-
-    impl = module.biased_grouped_topk_impl
-    impl = getattr(impl, "_torchdynamo_orig_callable", impl)
-    given = {"hidden_states": x, "gating_output": x, "correction_bias": bias, "topk": topk,
-             "renormalize": True, "num_expert_group": groups, "topk_group": topk_group,
-             "num_fused_shared_experts": shared, "routed_scaling_factor": scaling,
-             "apply_routed_scaling_factor_on_output": on_output}  # fmt: skip
-    accepted = inspect.signature(impl).parameters
-    weights, ids = impl(**{k: v for k, v in given.items() if k in accepted})[:2]
-    return [weights, ids]
-
-
-def triton_router(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_experts=0,
-                   renormalize=True, routed_scaling_factor=1.0,
-                   apply_routed_scaling_factor_on_output=False, moe_softcapping=0.0,
-                   num_expert_group=1, topk_group=1, **triton_only: Any):  # fmt: skip
-    """SGLang's Triton router (0.5.16 on) by SGLang's own torch grouped top-k, for sigmoid scores,
-    behind the stood-in ``sgl_kernel::moe_fused_gate`` op: one opaque node while traced, as a
-    kernel launch is (fp4lab's Python never enters the trace)."""
-    extras = [k for k, v in triton_only.items()
-              if v is not None and not (isinstance(v, (bool, int, float)) and not v)]  # fmt: skip
-    if scoring_func != "sigmoid" or not renormalize or moe_softcapping or extras:
-        raise NotImplementedError("fp4lab's router reference covers renormalized sigmoid routing "
-                                  f"only (asked: {scoring_func}, extras {extras})")  # fmt: skip
-    return torch.ops.sgl_kernel.moe_fused_gate(scores, bias, num_expert_group, topk_group, topk,
-                                               num_fused_shared_experts, routed_scaling_factor,
-                                               apply_routed_scaling_factor_on_output)  # fmt: skip
-
-
-def moe_fused_gate_fake(x, bias, groups, topk_group, topk, shared, scaling, on_output):
-    rows = x.shape[0]
-    return [x.new_empty((rows, topk), dtype=torch.float32),
-            x.new_empty((rows, topk), dtype=torch.int32)]  # fmt: skip
 
 
 def dequantize(codes: torch.Tensor, scales: torch.Tensor) -> torch.Tensor:
@@ -245,33 +202,6 @@ def act_quant_fake(x, block_size=128, scale_fmt=None):
     return torch.empty_like(x, dtype=torch.float8_e4m3fn), scales
 
 
-def pick(t: torch.Tensor, expert: int) -> torch.Tensor:
-    return t if t.numel() == 1 else t[expert]
-
-
-def cutlass_moe_fp4(a, a1_gscale, w1_fp4, w1_blockscale, w1_alphas, a2_gscale, w2_fp4,
-                    w2_blockscale, w2_alphas, topk_weights, topk_ids, params=None,
-                    apply_router_weight_on_input=False, **_: Any) -> torch.Tensor:  # fmt: skip
-    """The NVFP4 MoE by its definition: per selected expert, the activations quantized with the
-    expert's input scale (fp4lab's reference quantize), gate-up GEMM, SiLU-and-mul, quantized
-    again, down GEMM, weighted by the router and summed."""
-    out = torch.zeros(a.shape[0], w2_fp4.shape[1], dtype=torch.float32)
-    for expert in topk_ids.unique().tolist():
-        rows, slot = (topk_ids == expert).nonzero(as_tuple=True)
-        weight = topk_weights[rows, slot, None].float()
-        x = (a[rows].float() * weight).to(a.dtype) if apply_router_weight_on_input else a[rows]
-        qx, sx = fix.reference_fp4_quantize(x, pick(a1_gscale, expert))
-        h = fp4_gemm(qx, w1_fp4[expert], sx, w1_blockscale[expert], pick(w1_alphas, expert),
-                     torch.float32, w1_fp4.shape[1])  # fmt: skip
-        half = h.shape[-1] // 2
-        act = (torch.nn.functional.silu(h[:, :half]) * h[:, half:]).to(a.dtype)
-        qa, sa = fix.reference_fp4_quantize(act, pick(a2_gscale, expert))
-        y = fp4_gemm(qa, w2_fp4[expert], sa, w2_blockscale[expert], pick(w2_alphas, expert),
-                     torch.float32, w2_fp4.shape[1])  # fmt: skip
-        out.index_add_(0, rows, y if apply_router_weight_on_input else y * weight)
-    return out.to(a.dtype)
-
-
 FLASHINFER_QUANTIZE = "fp4lab reference (eager-only stand-in for FlashInfer's fp4_quantize)"
 
 
@@ -283,38 +213,9 @@ def flashinfer_fp4_quantize(x, global_scale=None, sf_vec_size=16, sf_use_ue8m0=F
     return fix._ran(FLASHINFER_QUANTIZE, (codes, scales.reshape(-1, x.shape[-1] // sf_vec_size)))
 
 
-def trtllm_fp4_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):
-    """No CPU reference for the TRT-LLM FP4 MoE's shuffled, row-reordered weight layout: the
-    routed experts contribute zero (the same in the compiled and the eager pass)."""
-    hidden = kwargs.get("hidden_states", args[2] if len(args) > 2 else None)
-    if output is None:
-        output = torch.empty(hidden.shape[0], hidden.shape[-1] * 2, dtype=torch.bfloat16)
-    return [output.zero_()]
-
-
-def cutlass_fused_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):
-    """FlashInfer's CUTLASS fused MoE (SGLang 0.5.2x's NVFP4 MoE runner on SM120): no CPU
-    reference for its packed weight and interleaved scale layout, so the routed experts
-    contribute zero (the same in the compiled and the eager pass)."""
-    if output is None:
-        rows, hidden = kwargs["input"].shape[0], kwargs["fc2_expert_weights"].shape[1]
-        output = torch.empty(rows, hidden, dtype=kwargs.get("output_dtype") or torch.bfloat16)
-    return [output.zero_()]
-
-
 def block_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
     """FlashInfer's NVFP4 block-scale interleave: the 128x4 layout (fp4lab's swizzle), per
     matrix of a batch."""
     flat = scales.reshape(-1, *scales.shape[-2:])
     done = [swizzle.swizzle_128x4(m) for m in flat]
     return torch.stack(done).reshape(*scales.shape[:-2], -1) if scales.ndim > 2 else done[0]
-
-
-def marlin_workspace(device: Any, *args: Any, **kwargs: Any) -> torch.Tensor:
-    return torch.zeros(132 * 4, dtype=torch.int32)
-
-
-def marlin_moe_zero(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> torch.Tensor:
-    """SGLang's fused Marlin MoE (NVFP4 MoE on Hopper, 0.5.2x): the routed experts contribute
-    zero (no CPU reference for Marlin's repacked layout)."""
-    return torch.zeros_like(hidden_states)

@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from fp4lab.serving.replay import cpu_kernels
+from fp4lab.serving.replay import cpu_kernels, cpu_moe_kernels
 
 SGL_KERNEL_OPS = {
     "rmsnorm": ("rmsnorm(Tensor(a!) output, Tensor input, Tensor weight, float eps, "
@@ -24,7 +24,7 @@ SGL_KERNEL_OPS = {
     "moe_fused_gate": ("moe_fused_gate(Tensor input, Tensor bias, int num_expert_group, "
                        "int topk_group, int topk, int num_fused_shared_experts, "
                        "float routed_scaling_factor, bool apply_routed_scaling_factor_on_output) "
-                       "-> Tensor[]", cpu_kernels.moe_fused_gate, cpu_kernels.moe_fused_gate_fake),
+                       "-> Tensor[]", cpu_moe_kernels.moe_fused_gate, cpu_moe_kernels.moe_fused_gate_fake),
     "apply_rope_pos_ids_cos_sin_cache": (
         "apply_rope_pos_ids_cos_sin_cache(Tensor q, Tensor k, Tensor(a!) q_rope, Tensor(b!) k_rope, "
         "Tensor cos_sin_cache, Tensor pos_ids, bool interleave, bool enable_pdl, Tensor? v, "
@@ -172,17 +172,17 @@ EAGER_ONLY = (
      "FlashInfer's JIT layernorm (the DSA indexer's k_norm): torch layer_norm"),
     ("sglang.jit_kernel.hadamard", "hadamard_transform", cpu_kernels.hadamard,
      "SGLang's JIT Hadamard transform (DSA indexer): matmul with the Hadamard matrix"),
-    ("sglang.srt.layers.moe.cutlass_moe", "cutlass_moe_fp4", cpu_kernels.cutlass_moe_fp4,
+    ("sglang.srt.layers.moe.cutlass_moe", "cutlass_moe_fp4", cpu_moe_kernels.cutlass_moe_fp4,
      "sgl_kernel's CUTLASS NVFP4 MoE (prepare_moe_input, grouped FP4 GEMMs): the MoE by its "
      "definition on fp4lab's reference quantize and the dequantize-matmul GEMM"),
     ("sglang.srt.layers.moe.fused_moe_triton.layer", "trtllm_fp4_block_scale_moe",
-     cpu_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
-    ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe", cpu_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
-    ("flashinfer.fused_moe", "cutlass_fused_moe", cpu_kernels.cutlass_fused_moe_zero,
+     cpu_moe_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
+    ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe", cpu_moe_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
+    ("flashinfer.fused_moe", "cutlass_fused_moe", cpu_moe_kernels.cutlass_fused_moe_zero,
      "FlashInfer's CUTLASS NVFP4 fused MoE: no CPU reference for its packed weight layout, the "
      "routed experts contribute zero (the MoE's numerics are not checked where this runs)"),
     ("sglang.srt.layers.quantization.modelopt_quant", "flashinfer_cutlass_fused_moe",
-     cpu_kernels.cutlass_fused_moe_zero, "FlashInfer's CUTLASS NVFP4 fused MoE as 0.5.13+ binds it in "
+     cpu_moe_kernels.cutlass_fused_moe_zero, "FlashInfer's CUTLASS NVFP4 fused MoE as 0.5.13+ binds it in "
      "modelopt_quant: the routed experts contribute zero (the MoE's numerics are not checked)"),
 )  # fmt: skip
 """(module, name, CPU kernel, why): the kernels that run only eagerly in GLM-5's PCG forward."""
@@ -210,17 +210,17 @@ REPLACED = (
      "the DSA indexer's Triton FP8 block quantize (0.5.2x home), traced and run: one opaque op "
      "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
      "SGLang's Python wrapper around the launch is not traced here"),
-    ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", cpu_kernels.triton_router,
+    ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", cpu_moe_kernels.triton_router,
      "SGLang's Triton MoE router (0.5.2x), traced and run: SGLang's own torch grouped top-k "
      "(biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked here"),
-    ("sglang.jit_kernel.moe_fused_gate", "moe_fused_gate", cpu_kernels.triton_router,
+    ("sglang.jit_kernel.moe_fused_gate", "moe_fused_gate", cpu_moe_kernels.triton_router,
      "SGLang's Triton MoE router at its 0.5.1x home, traced and run: SGLang's own torch grouped "
      "top-k (biased_grouped_topk_impl) behind one opaque op; SGLang's Python wrapper around the "
      "launch is not traced here, nor whether dynamo takes the launch"),
-    ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", cpu_kernels.marlin_workspace,
+    ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", cpu_moe_kernels.marlin_workspace,
      "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
     ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",
-     cpu_kernels.marlin_moe_zero, "SGLang's fused Marlin NVFP4 MoE (Hopper, 0.5.2x, inside SGLang's MoE op): "
+     cpu_moe_kernels.marlin_moe_zero, "SGLang's fused Marlin NVFP4 MoE (Hopper, 0.5.2x, inside SGLang's MoE op): "
      "the routed experts contribute zero (the MoE's numerics are not checked on SM90)"),
 )  # fmt: skip
 """(module, name, CPU kernel, why): kernels replaced both while traced and when run (a Triton

@@ -16,15 +16,11 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import ctypes
-import glob
 import importlib
 import json
 import sys
-import sysconfig
 import time
 import types
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -33,16 +29,16 @@ import torch
 
 from fp4lab.compile import target
 from fp4lab.core import glm5
-from fp4lab.serving import read_parser
 from fp4lab.serving.replay import (
     attention,
-    decide,
+    facts,
     inside,
     kernels,
     layout,
     quantize,
     ranks,
     reworked,
+    setup_standins,
 )  # fmt: skip
 
 CONFIG = {
@@ -80,7 +76,7 @@ SERVER_ARGS = {"quantization": "modelopt_fp4", "load_format": "dummy", "device":
                reworked.TOKENS_FIELD: TOKENS}  # fmt: skip
 """What every replay passes (the model's own quantization, the dummy loader, the token cap as
 the release spells it);
-the piecewise options are those a GLM-5 user passes to this release (``glm5_server_flags``).
+the piecewise options are those a GLM-5 user passes to this release (``facts.glm5_server_flags``).
 Those the release's ``ServerArgs`` lacks are left out and listed."""
 
 
@@ -119,54 +115,6 @@ def _architecture(found: layout.Layout) -> str:
     return found.model_classes[0]
 
 
-class _Stream:
-    """``torch.cuda.Stream`` during set-up: SGLang makes an alternate stream it uses only while
-    capturing CUDA graphs."""
-
-    def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def wait_stream(self, other: Any) -> None:
-        pass
-
-
-def _cudart() -> list[dict]:
-    """The CUDA runtime library shipped in the environment, loaded (FlashInfer's ``comm`` module
-    asserts at import that one is loaded; nothing calls into it)."""
-    found = sorted(
-        glob.glob(f"{sysconfig.get_paths()['purelib']}/**/libcudart*.so*", recursive=True)
-    )
-    if not found:
-        return []
-    ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
-    return [kernels.record("libcudart_loaded", f"site-packages/{Path(found[0]).name}",
-                            "flashinfer/comm/cuda_ipc.py asserts at import that libcudart is "
-                            "loaded; the library bundled in the environment is loaded, no CUDA "
-                            "call is made")]  # fmt: skip
-
-
-@contextlib.contextmanager
-def _setup_standins(sm: tuple[int, int]) -> Iterator[list[dict]]:
-    """What building the model on a CPU needs beyond the simulated GPU, each listed."""
-    listed = [
-        kernels.record("cuda_on_cpu", "torch functions with device=cuda, Tensor.cuda/.to",
-                        "SGLang's cached device checks say CUDA; set-up allocations go to the CPU"),
-        kernels.record("alternate_stream", "torch.cuda.Stream",
-                        "DeepSeek's model makes an alternate stream used only in graph capture"),
-    ]  # fmt: skip
-    with (
-        target.attribute_replaced(torch.cuda, "Stream", _Stream),
-        kernels.device_queries(sm),
-        inside.CudaOnCpu(),
-    ):
-        yield listed
-
-
-def gpu_memory_mib(sm: tuple[int, int]) -> int:
-    """The memory the simulated GPU of ``sm`` reports (H100, B200, RTX PRO 6000), in MiB."""
-    return {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
-
-
 MEMORY_ASKED_IN = ("sglang.srt.arg_groups.memory_hook", "sglang.srt.arg_groups.pipeline")
 """Modules of reworked releases whose resolution asks the GPU's memory (imported first, so that
 their binding is replaced too)."""
@@ -180,9 +128,9 @@ def _server_args(
     from sglang.srt import server_args as module
 
     fields = reworked.fields(module.ServerArgs)
-    wanted = {**SERVER_ARGS, **glm5_server_flags()}
+    wanted = {**SERVER_ARGS, **facts.glm5_server_flags()}
     given = {k: v for k, v in wanted.items() if k in fields}
-    memory = gpu_memory_mib(sm)
+    memory = setup_standins.gpu_memory_mib(sm)
     listed = [kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
                               f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
     for hook in MEMORY_ASKED_IN:
@@ -213,19 +161,6 @@ def _server_args(
     return args, listed, chosen
 
 
-def _deep_gemm_sms(sm_count: int, found: layout.Layout) -> list[dict]:
-    """The DSA indexer asks DeepGEMM for the GPU's SM count at construction; DeepGEMM cannot
-    import without libnvrtc, so the simulated GPU's count answers."""
-    if found.dsa_indexer is None:
-        return []
-    indexer = importlib.import_module(found.dsa_indexer)
-    if not isinstance(getattr(indexer, "deep_gemm", None), Exception):
-        return []
-    indexer.deep_gemm = types.SimpleNamespace(get_num_sms=lambda: sm_count)
-    return [kernels.record("deep_gemm_sm_count", f"{found.dsa_indexer}.deep_gemm.get_num_sms",
-                            f"DeepGEMM needs libnvrtc to import; {sm_count} SMs answer")]  # fmt: skip
-
-
 def _facts(model: Any) -> dict:
     """The model class, and each layer kind with the quantization method the release gave it."""
     methods = collections.Counter(
@@ -237,19 +172,6 @@ def _facts(model: Any) -> dict:
     return {"model_class": f"{cls.__module__}.{cls.__qualname__}",
             "model_bases": [f"{b.__module__}.{b.__qualname__}" for b in cls.__mro__[1:3]],
             "quant_methods": dict(sorted(methods.items()))}  # fmt: skip
-
-
-def glm5_server_flags() -> dict:
-    """The piecewise options a GLM-5 user passes to this release (``decide.glm5_flags`` on its
-    own parser and auto-disable rule) as ``ServerArgs`` fields."""
-    flags, _ = decide.glm5_flags(piecewise_options(), glm5_auto_disabled()["disabled"])
-    fields: dict = {}
-    for i, flag in enumerate(flags or []):
-        if flag.startswith("--"):
-            value = (flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--")
-                     else True)  # fmt: skip
-            fields[flag[2:].replace("-", "_")] = value
-    return fields
 
 
 def host_values(built: Built) -> dict:
@@ -288,7 +210,7 @@ def host(built: Built) -> Any:
 def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     """The release's GLM-5 for a GPU of ``sm``, with its runner host; see the module docstring."""
     started = time.perf_counter()
-    standins = _cudart()
+    standins = setup_standins.libcudart()
     found = layout.probe(ARCHITECTURES)
     rework = found.reworked
     with inside.simulated_gpu(sm) as patched, inside.absent_kernel_fakes_skipped():
@@ -301,14 +223,14 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
             write_checkpoint(checkpoint, architecture), sm, rework
         )
         standins += listed
-        with _setup_standins(sm) as listed:
+        with setup_standins.building(sm) as listed:
             from sglang.srt.configs.device_config import DeviceConfig
             from sglang.srt.configs.load_config import LoadConfig
             from sglang.srt.configs.model_config import ModelConfig
             from sglang.srt.model_loader import get_model_loader
 
             standins += listed + kernels.load_time_kernels()
-            standins += [] if rework else _deep_gemm_sms(132, found)
+            standins += [] if rework else setup_standins.deep_gemm_sms(132, found)
             model_config = ModelConfig.from_server_args(server_args)
             if not rework:
                 from sglang.srt.server_args import set_global_server_args_for_scheduler
@@ -335,47 +257,3 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     built.host = host(built)
     built.seconds = time.perf_counter() - started
     return built
-
-
-def min_capability() -> int | None:
-    """The lowest compute capability the release's NVFP4 ModelOpt config accepts (its own
-    ``get_min_capability``: 100 means SM100), or None where it has none."""
-    config = kernels.attribute("sglang.srt.layers.quantization.modelopt_quant", "ModelOptFp4Config")
-    return config.get_min_capability() if config is not None else None
-
-
-def piecewise_options() -> list[dict]:
-    """The piecewise / prefill CUDA-graph options of the release's own ``ServerArgs`` parser."""
-    import argparse
-
-    from sglang.srt.server_args import ServerArgs
-
-    parser = argparse.ArgumentParser()
-    ServerArgs.add_cli_args(parser)
-    wanted = ("piecewise-cuda-graph", "cuda-graph-backend")
-    return [
-        o for o in read_parser.describe(parser) if any(w in " ".join(o["options"]) for w in wanted)
-    ]
-
-
-AUTO_DISABLE = (
-    ("sglang.srt.configs.model_config", "is_piecewise_cuda_graph_disabled_model"),
-    ("sglang.srt.configs.model_config", "piecewise_cuda_graph_disabled_model_archs"),
-)
-"""Where a release decides that a model architecture gets no piecewise CUDA graphs unless
-enforced: its function, else its list (releases before 0.5.1x have neither)."""
-
-
-def glm5_auto_disabled() -> dict:
-    """Whether the release's own auto-disable rule turns piecewise graphs off for GLM-5's
-    architecture, and which of its names said so (``None``: the release has no such rule)."""
-    for module, name in AUTO_DISABLE:
-        try:
-            found = getattr(importlib.import_module(module), name, None)
-        except ImportError:
-            continue
-        if callable(found):
-            return {"disabled": bool(found([glm5.ARCHITECTURE])), "from": f"{module}.{name}"}
-        if found is not None:
-            return {"disabled": glm5.ARCHITECTURE in found, "from": f"{module}.{name}"}
-    return {"disabled": False, "from": None}

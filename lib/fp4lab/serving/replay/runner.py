@@ -19,21 +19,20 @@ replay does) and returns the logits.
 
 from __future__ import annotations
 
-import collections
 import contextlib
 import inspect
 import logging
 import time
 import traceback
 from collections.abc import Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from fp4lab.compile import fix, target, trace
 from fp4lab.compile.audit import simulation
-from fp4lab.serving.replay import inside, kernels, model, reworked
+from fp4lab.serving.replay import backend_graphs, inside, kernels, model, reworked, setup_standins
 
 RUNNER = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
 LOGGER = "sglang.srt.model_executor.model_runner"
@@ -64,30 +63,11 @@ EAGER = kernels.record("eager_pass", f"{RUNNER}.install_torch_compiled",
 
 
 @dataclass
-class Graphs:
-    """What SGLang's backend received from dynamo: per graph, the ops it calls, in order; and
-    per graph how its ``split_graph`` cut it (the split ops met, how often, the pieces)."""
-
-    ops: list[list[str]] = field(default_factory=list)
-    splits: list[dict] = field(default_factory=list)
-
-    def calls(self) -> dict[str, int]:
-        """Every torch op called in the graphs, with how often."""
-        return dict(collections.Counter(op for graph in self.ops for op in graph))
-
-    def custom(self) -> dict[str, int]:
-        """The custom ops (any namespace but aten/prims) and how often."""
-        return {
-            op: n for op, n in self.calls().items() if op.split(".")[0] not in ("aten", "prims")
-        }
-
-
-@dataclass
 class Run:
     """One pass of the release's piecewise runner over its GLM-5."""
 
     compiled: inside.Compiled
-    graphs: Graphs
+    graphs: backend_graphs.Graphs
     eager: bool
     runner: Any = None
 
@@ -104,53 +84,6 @@ class Run:
         }
 
 
-def _op_name(node: torch.fx.Node) -> str | None:
-    called = node.target
-    if isinstance(called, (torch._ops.OpOverload, torch._ops.OpOverloadPacket)):
-        return str(called)
-    return None
-
-
-@contextlib.contextmanager
-def _observed_graphs() -> Iterator[Graphs]:
-    """Read each graph SGLang's backend receives (nothing of it changes)."""
-    from sglang.srt.compilation import backend
-
-    seen = Graphs()
-    call, split = backend.SGLangBackend.__call__, backend.split_graph
-
-    def observe(self: Any, graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
-        seen.ops.append([n for n in map(_op_name, graph.graph.nodes) if n])
-        return call(self, graph, example_inputs)
-
-    def observe_split(graph: torch.fx.GraphModule, ops: list[str]) -> Any:
-        cut, items = split(graph, ops)
-        used = {
-            n
-            for i in items
-            if i.is_splitting_graph
-            for n in map(_op_name, i.graph.graph.nodes)
-            if n
-        }
-        seen.splits.append({"split_ops": sorted(used), "pieces": sum(not i.is_splitting_graph for i in items),
-                            "split_op_calls": sum(_op_name(n) in used for n in graph.graph.nodes)})  # fmt: skip
-        return cut, items
-
-    with (
-        target.attribute_replaced(backend.SGLangBackend, "__call__", observe),
-        target.attribute_replaced(backend, "split_graph", observe_split),
-    ):
-        yield seen
-
-
-def _config_split_ops() -> list[str]:
-    """The split ops the release's compile config holds now (its registry)."""
-    from sglang.srt.compilation import compilation_config
-
-    config = compilation_config.CompilationConfig([1])
-    return list(getattr(config, "split_ops", None) or getattr(compilation_config, "SPLIT_OPS", []))
-
-
 def standins(built: model.Built) -> list[dict]:
     """The stand-ins of every pass: the capture, the pool handle, the eager pass's and, where
     ``__init__`` is the entry, ``INIT_STANDINS``; in a reworked release its own (``reworked``)."""
@@ -164,7 +97,7 @@ def _release_init(built: model.Built, sm: tuple[int, int]) -> None:
     """The release's ``ModelRunner.__init__`` on the host, one rank of one GPU, its
     ``INIT_STANDINS`` in place."""
     cls = type(built.host)
-    memory = model.gpu_memory_mib(sm) / 1024  # GB, as init_torch_distributed returns
+    memory = setup_standins.gpu_memory_mib(sm) / 1024  # GB, as init_torch_distributed returns
 
     def initialize(self: Any, *args: Any, **kwargs: Any) -> None:
         for name, value in model.host_values(built).items():
@@ -257,7 +190,7 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
         run, name, contexts = stack.enter_context(_entered(built, sm, eager))
-        graphs = stack.enter_context(_observed_graphs())
+        graphs = stack.enter_context(backend_graphs.observed())
         lines = stack.enter_context(logged("sglang"))
         try:
             run(built.host)
@@ -271,7 +204,7 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
     counts = {k: after[k] - before[k] for k in after}
     if outcome.status == "compiled":
         outcome.graph_count, outcome.graph_break_count = counts["num_graphs_seen"], 0
-    compiled = inside.Compiled(outcome, counts, _config_split_ops(), contexts, found, cause,
+    compiled = inside.Compiled(outcome, counts, backend_graphs.config_split_ops(), contexts, found, cause,
                                entry=name)  # fmt: skip
     return Run(compiled, graphs, eager, built_runner)
 

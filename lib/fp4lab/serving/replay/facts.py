@@ -1,0 +1,69 @@
+"""Inside one SGLang environment: what the installed release says about GLM-5 and piecewise CUDA
+graphs, read from its own code: the NVFP4 minimum capability, the piecewise options of its own
+parser, its auto-disable rule, and from those the flags a GLM-5 user passes.
+"""
+
+from __future__ import annotations
+
+import importlib
+
+from fp4lab.core import glm5
+from fp4lab.serving import read_parser
+from fp4lab.serving.replay import decide, kernels
+
+
+def min_capability() -> int | None:
+    """The lowest compute capability the release's NVFP4 ModelOpt config accepts (its own
+    ``get_min_capability``: 100 means SM100), or None where it has none."""
+    config = kernels.attribute("sglang.srt.layers.quantization.modelopt_quant", "ModelOptFp4Config")
+    return config.get_min_capability() if config is not None else None
+
+
+def piecewise_options() -> list[dict]:
+    """The piecewise / prefill CUDA-graph options of the release's own ``ServerArgs`` parser."""
+    import argparse
+
+    from sglang.srt.server_args import ServerArgs
+
+    parser = argparse.ArgumentParser()
+    ServerArgs.add_cli_args(parser)
+    wanted = ("piecewise-cuda-graph", "cuda-graph-backend")
+    return [
+        o for o in read_parser.describe(parser) if any(w in " ".join(o["options"]) for w in wanted)
+    ]
+
+
+AUTO_DISABLE = (
+    ("sglang.srt.configs.model_config", "is_piecewise_cuda_graph_disabled_model"),
+    ("sglang.srt.configs.model_config", "piecewise_cuda_graph_disabled_model_archs"),
+)
+"""Where a release decides that a model architecture gets no piecewise CUDA graphs unless
+enforced: its function, else its list (releases before 0.5.1x have neither)."""
+
+
+def glm5_auto_disabled() -> dict:
+    """Whether the release's own auto-disable rule turns piecewise graphs off for GLM-5's
+    architecture, and which of its names said so (``None``: the release has no such rule)."""
+    for module, name in AUTO_DISABLE:
+        try:
+            found = getattr(importlib.import_module(module), name, None)
+        except ImportError:
+            continue
+        if callable(found):
+            return {"disabled": bool(found([glm5.ARCHITECTURE])), "from": f"{module}.{name}"}
+        if found is not None:
+            return {"disabled": glm5.ARCHITECTURE in found, "from": f"{module}.{name}"}
+    return {"disabled": False, "from": None}
+
+
+def glm5_server_flags() -> dict:
+    """The piecewise options a GLM-5 user passes to this release (``decide.glm5_flags`` on its
+    own parser and auto-disable rule) as ``ServerArgs`` fields."""
+    flags, _ = decide.glm5_flags(piecewise_options(), glm5_auto_disabled()["disabled"])
+    fields: dict = {}
+    for i, flag in enumerate(flags or []):
+        if flag.startswith("--"):
+            value = (flags[i + 1] if i + 1 < len(flags) and not flags[i + 1].startswith("--")
+                     else True)  # fmt: skip
+            fields[flag[2:].replace("-", "_")] = value
+    return fields

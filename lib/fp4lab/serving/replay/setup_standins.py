@@ -1,0 +1,82 @@
+"""Inside one SGLang environment: what building the release's model on a CPU needs beyond the
+simulated GPU (``inside.simulated_gpu``), each returned as a record: the CUDA runtime library
+loaded, set-up allocations on the CPU, an alternate stream, the GPU's memory and SM count.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import glob
+import importlib
+import sysconfig
+import types
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4lab.compile import target
+from fp4lab.serving.replay import inside, kernels, layout
+
+
+class _Stream:
+    """``torch.cuda.Stream`` during set-up: SGLang makes an alternate stream it uses only while
+    capturing CUDA graphs."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        pass
+
+    def wait_stream(self, other: Any) -> None:
+        pass
+
+
+def libcudart() -> list[dict]:
+    """The CUDA runtime library shipped in the environment, loaded (FlashInfer's ``comm`` module
+    asserts at import that one is loaded; nothing calls into it)."""
+    found = sorted(
+        glob.glob(f"{sysconfig.get_paths()['purelib']}/**/libcudart*.so*", recursive=True)
+    )
+    if not found:
+        return []
+    ctypes.CDLL(found[0], mode=ctypes.RTLD_GLOBAL)
+    return [kernels.record("libcudart_loaded", f"site-packages/{Path(found[0]).name}",
+                            "flashinfer/comm/cuda_ipc.py asserts at import that libcudart is "
+                            "loaded; the library bundled in the environment is loaded, no CUDA "
+                            "call is made")]  # fmt: skip
+
+
+@contextlib.contextmanager
+def building(sm: tuple[int, int]) -> Iterator[list[dict]]:
+    """What building the model on a CPU needs beyond the simulated GPU, each listed."""
+    listed = [
+        kernels.record("cuda_on_cpu", "torch functions with device=cuda, Tensor.cuda/.to",
+                        "SGLang's cached device checks say CUDA; set-up allocations go to the CPU"),
+        kernels.record("alternate_stream", "torch.cuda.Stream",
+                        "DeepSeek's model makes an alternate stream used only in graph capture"),
+    ]  # fmt: skip
+    with (
+        target.attribute_replaced(torch.cuda, "Stream", _Stream),
+        kernels.device_queries(sm),
+        inside.CudaOnCpu(),
+    ):
+        yield listed
+
+
+def gpu_memory_mib(sm: tuple[int, int]) -> int:
+    """The memory the simulated GPU of ``sm`` reports (H100, B200, RTX PRO 6000), in MiB."""
+    return {(9, 0): 80, (10, 0): 180, (12, 0): 96}.get(sm, 80) * 1024
+
+
+def deep_gemm_sms(sm_count: int, found: layout.Layout) -> list[dict]:
+    """The DSA indexer asks DeepGEMM for the GPU's SM count at construction; DeepGEMM cannot
+    import without libnvrtc, so the simulated GPU's count answers."""
+    if found.dsa_indexer is None:
+        return []
+    indexer = importlib.import_module(found.dsa_indexer)
+    if not isinstance(getattr(indexer, "deep_gemm", None), Exception):
+        return []
+    indexer.deep_gemm = types.SimpleNamespace(get_num_sms=lambda: sm_count)
+    return [kernels.record("deep_gemm_sm_count", f"{found.dsa_indexer}.deep_gemm.get_num_sms",
+                            f"DeepGEMM needs libnvrtc to import; {sm_count} SMs answer")]  # fmt: skip
