@@ -7,7 +7,7 @@ CPU the table has no goal (its clone line moves with page faults and cache fits)
 public call's below. Kernels that cannot run here are printed and recorded as skipped, with the
 reason.
 
-Then the public call as users call it, ``nvfp4.quantize(x)`` on a float32 --goal-shape, against
+Then the public call as users call it, ``kernels.quantize(x)`` on a float32 --goal-shape, against
 a preallocated ``copy_`` of x and torchao's compiled ``nvfp4_quantize``, one call of each per
 round (--goal-rounds): the two ratios are printed (goals: >= 25% of copy, >= 1.0x torchao).
 
@@ -150,7 +150,7 @@ def public_goal_lines(r: dict) -> str:
     ms = r["median_ms"]
     met = lambda ok: "met" if ok else "NOT met"  # noqa: E731
     lines = [
-        f"public nvfp4.quantize(x), {r['M']}x{r['K']} {r['dtype']} on {r['device']}"
+        f"public kernels.quantize(x), {r['M']}x{r['K']} {r['dtype']} on {r['device']}"
         f" (ran: {r['ran']}; {r['threads']} threads, load {r['load_average_before']:.1f}"
         f" -> {r['load_average_after']:.1f}; medians of {r['rounds']} rounds):"
         f" {ms['public']:.1f} ms, copy_ {ms['copy_']:.1f} ms",

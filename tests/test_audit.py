@@ -14,7 +14,7 @@ import torch
 
 from fp4lab.compile import target
 from fp4lab.compile.audit import __main__ as cli
-from fp4lab.compile.audit import eager, inputs, run, simulation, study, surface, toolkit
+from fp4lab.compile.audit import backends, eager, inputs, run, simulation, study, surface, toolkit
 from fp4lab.compile.trace import SIGNATURES
 
 HANDFUL = [
@@ -192,8 +192,8 @@ def test_a_backend_is_one_flashinfer_declares_for_the_sm():
     def kernel(x: torch.Tensor, backend: str = "fast") -> torch.Tensor:
         return x
 
-    assert inputs.backend_for(kernel, "kernel", (10, 0)) == (None, "")
-    chosen, note = inputs.backend_for(kernel, "kernel", (12, 0))
+    assert backends.backend_for(kernel, "kernel", (10, 0)) == (None, "")
+    chosen, note = backends.backend_for(kernel, "kernel", (12, 0))
     assert chosen == "'portable'" and "the default 'fast'" in note
     call = inputs.for_function(kernel, "kernel", "other", (12, 0))
     assert call.kwargs["backend"] == "'portable'" and call.notes == [note]

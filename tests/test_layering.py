@@ -1,4 +1,5 @@
-"""The package map of docs/architecture.md, kept: each subpackage imports only the ones below it."""
+"""The package map of docs/architecture.md, kept: each subpackage imports only the ones below
+it, no module imports itself through others, none runs past 300 lines."""
 
 from __future__ import annotations
 
@@ -49,3 +50,56 @@ def test_the_check_sees_an_import_it_must_refuse(tmp_path):
     module = tmp_path / "m.py"
     module.write_text("def f():\n    from fp4lab.serving import sglang_env\n")
     assert imported(module) == {"serving"}
+
+
+def import_graph(root: Path) -> dict[str, set[str]]:
+    """Each module under ``root`` (a package named by its folder) and the modules of it it
+    imports, at any depth of its code (imports inside functions count)."""
+    package = root.name
+    modules = {}
+    for path in root.rglob("*.py"):
+        parts = (package, *path.relative_to(root).with_suffix("").parts)
+        modules[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+    graph: dict[str, set[str]] = {name: set() for name in modules}
+    for name, path in modules.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith(package):
+                for alias in node.names:
+                    found = f"{node.module}.{alias.name}"
+                    graph[name].add(found if found in modules else node.module)
+            elif isinstance(node, ast.Import):
+                graph[name] |= {a.name for a in node.names if a.name in modules}
+    return graph
+
+
+def circles(graph: dict[str, set[str]]) -> list[list[str]]:
+    """The groups of modules that import each other, directly or through others."""
+    reach = {name: set() for name in graph}
+    for name in graph:
+        todo = list(graph[name])
+        while todo:
+            found = todo.pop()
+            if found in graph and found not in reach[name]:
+                reach[name].add(found)
+                todo += graph[found]
+    groups = {frozenset(n for n in graph if n in reach[m] and m in reach[n]) for m in graph}
+    return sorted(sorted(g) for g in groups if len(g) > 1)
+
+
+def test_no_module_imports_itself_through_others():
+    assert circles(import_graph(LIB)) == []
+
+
+def test_the_circle_check_sees_a_circle(tmp_path):
+    package = tmp_path / "pkg"
+    package.mkdir()
+    (package / "a.py").write_text("def f():\n    from pkg import b\n")
+    (package / "b.py").write_text("from pkg.a import f\n")
+    (package / "c.py").write_text("from pkg import a\n")
+    assert circles(import_graph(package)) == [["pkg.a", "pkg.b"]]
+
+
+def test_every_module_stays_within_300_lines():
+    long = {str(p.relative_to(LIB)): n for p in LIB.rglob("*.py")
+            if (n := len(p.read_text().splitlines())) > 300}  # fmt: skip
+    assert long == {}, f"split these by concern (docs/architecture.md): {long}"

@@ -11,7 +11,7 @@ import torch
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from fp4lab.fp4 import crosscheck, edge_cases, encodings, nvfp4, reciprocals, swizzle
+from fp4lab.fp4 import crosscheck, edge_cases, encodings, kernels, nvfp4, reciprocals, swizzle
 
 E2M1_MAGNITUDES = (0.0, 0.5, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0)
 
@@ -141,7 +141,7 @@ def test_block_amax_follows_the_kernels_nan_lanes():
 
 def _nvfp4_block(values: list[float], gs: float = 1.0) -> tuple[list[int], int]:
     x = torch.tensor(values, dtype=torch.float32).view(1, 16)
-    codes, sf, _ = nvfp4.quantize(x, gs)
+    codes, sf, _ = kernels.quantize(x, gs)
     return encodings.unpack_e2m1(codes)[0].tolist(), int(_u8(sf)[0, 0])
 
 
@@ -166,7 +166,7 @@ def test_kernel_edge_cases_nvfp4():
 
 def test_kernel_edge_cases_mxfp4():
     def block(values):
-        codes, e, gs = nvfp4.quantize(torch.tensor(values).view(1, 32), block_size=32)
+        codes, e, gs = kernels.quantize(torch.tensor(values).view(1, 32), block_size=32)
         assert gs is None and e.dtype == torch.float8_e8m0fnu
         return encodings.unpack_e2m1(codes)[0].tolist(), int(_u8(e)[0, 0])
 
@@ -212,8 +212,8 @@ def test_swizzle_offsets_roundtrip_and_peers():
 def test_quantize_swizzle_matches_unswizzled_and_dequantize_agrees():
     x = torch.randn(200, 96, dtype=torch.bfloat16)
     for block_size in (16, 32):
-        codes, scales, gs = nvfp4.quantize(x, block_size=block_size)
-        codes_s, scales_s, _ = nvfp4.quantize(x, block_size=block_size, swizzle=True)
+        codes, scales, gs = kernels.quantize(x, block_size=block_size)
+        codes_s, scales_s, _ = kernels.quantize(x, block_size=block_size, swizzle=True)
         assert torch.equal(codes, codes_s) and scales_s.dim() == 1
         plain = nvfp4.dequantize(codes, scales, gs, block_size=block_size)
         assert torch.equal(
@@ -228,7 +228,7 @@ def test_values_on_the_grid_round_trip_exactly():
     x = grid * 2.0 ** torch.randint(-4, 5, (64, 4), generator=g).float().repeat_interleave(
         16, dim=1
     )
-    codes, scales, gs = nvfp4.quantize(x, 1.0)
+    codes, scales, gs = kernels.quantize(x, 1.0)
     assert torch.equal(nvfp4.dequantize(codes, scales, gs), x)
 
 
@@ -244,7 +244,7 @@ def test_values_on_the_grid_round_trip_exactly():
 )
 def test_bad_input_is_named(bad, match):
     with pytest.raises(ValueError, match=match):
-        nvfp4.quantize(**bad)
+        kernels.quantize(**bad)
 
 
 def _half_step(v: torch.Tensor) -> torch.Tensor:
@@ -265,7 +265,7 @@ def test_error_is_within_half_a_step_of_the_block_scale(rows, blocks, data, dtyp
         st.lists(st.floats(-1.0, 1.0, allow_nan=False, width=32), min_size=n, max_size=n)
     )
     x = (torch.tensor(values).view(rows, blocks * 16) * magnitude).to(dtype)
-    codes, scales, gs = nvfp4.quantize(x)
+    codes, scales, gs = kernels.quantize(x)
     xf = x.float()
     block_scale = (scales.float() / gs).repeat_interleave(
         16, dim=1

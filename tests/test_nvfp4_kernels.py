@@ -50,7 +50,7 @@ _TRITON_CHECK = textwrap.dedent(
             for swizzle in (False, True):
                 for gs in ([None] if block_size == 32 else [None, 1.0, 3.7]):
                     case = (x.dtype, tuple(x.shape), block_size, swizzle, gs)
-                    a = nvfp4.quantize(x, gs, block_size=block_size, swizzle=swizzle)
+                    a = kernels.quantize(x, gs, block_size=block_size, swizzle=swizzle)
                     b = kernels.triton_quantize(
                         x, gs, block_size=block_size, swizzle=swizzle, block_m=16, block_k=64
                     )
@@ -247,7 +247,7 @@ def test_reference_and_public_quantize_replay_from_a_cuda_graph():
 def test_triton_kernel_on_the_gpu_matches_the_reference():
     x, _ = _gpu_input()
     for block_size in (16, 32):
-        a = nvfp4.quantize(x.cpu(), block_size=block_size, swizzle=True)
+        a = kernels.quantize(x.cpu(), block_size=block_size, swizzle=True)
         b = kernels.triton_quantize(x, block_size=block_size, swizzle=True)
         assert torch.equal(a[0], b[0].cpu()) and torch.equal(
             a[1].view(torch.uint8), b[1].view(torch.uint8).cpu()
@@ -292,7 +292,7 @@ def test_benchmark_prints_ratios_and_records_them(isolated_outputs):
     )
     assert done.returncode == 0, done.stderr[-2000:]
     assert "copy GB/s" in done.stdout and "goal on a CPU: the public call below" in done.stdout
-    assert "public nvfp4.quantize(x), 64x256 float32 on cpu (ran: reference" in done.stdout
+    assert "public kernels.quantize(x), 64x256 float32 on cpu (ran: reference" in done.stdout
     assert "ratio to copy_: " in done.stdout and "speed vs torchao compiled" in done.stdout
     rows = records.read("nvfp4_throughput")
     throughput = [r["values"] for r in rows if r["kind"] == "throughput"]

@@ -36,7 +36,7 @@ def _calls(x: torch.Tensor) -> list:
         lambda: nvfp4.reference_quantize(x, gs, swizzle=True),
         lambda: nvfp4.reference_quantize(x, 3.7),
         lambda: nvfp4.reference_quantize(x, block_size=32, swizzle=True),
-        lambda: nvfp4.quantize(x),  # small: the public call takes the reference here
+        lambda: kernels.quantize(x),  # small: the public call takes the reference here
         lambda: nvfp4.dequantize(*nvfp4.reference_quantize(x, 2.0)),
     ]
 
@@ -127,9 +127,9 @@ def test_public_quantize_takes_the_fast_path_and_gives_the_reference_bytes(monke
     x = _edges()
     assert kernels.public_kernel(x) == "compiled"
     for kwargs in ({}, {"block_size": 32, "swizzle": True}):
-        _same(nvfp4.reference_quantize(x, **kwargs), nvfp4.quantize(x, **kwargs))
+        _same(nvfp4.reference_quantize(x, **kwargs), kernels.quantize(x, **kwargs))
     with pytest.raises(ValueError, match="MXFP4 has no global scale"):
-        nvfp4.quantize(x, 1.0, block_size=32)
+        kernels.quantize(x, 1.0, block_size=32)
 
 
 def test_e4m3_by_bits_is_the_fp8_cast_on_every_boundary():

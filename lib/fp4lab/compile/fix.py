@@ -118,7 +118,7 @@ def same_code(a: str | None, b: str | None) -> bool:
 def _flashinfer_layout(
     quantize: Callable, x: torch.Tensor, global_scale: torch.Tensor | None
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """One of fp4lab's quantize kernels (``nvfp4.quantize``'s contract, swizzled) in FlashInfer's
+    """One of fp4lab's quantize kernels (``kernels.quantize``'s contract, swizzled) in FlashInfer's
     output layout: codes [M, K/2], swizzled scales [M↑128, S↑4] uint8."""
     m, k = x.shape
     codes, scales, _ = quantize(x, global_scale if global_scale is not None else 1.0, swizzle=True)

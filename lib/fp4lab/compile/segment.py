@@ -22,7 +22,7 @@ import torch
 from torch import nn
 
 from fp4lab.core import glm5, params
-from fp4lab.fp4 import nvfp4
+from fp4lab.fp4 import kernels, nvfp4
 
 Quantize = Callable[[torch.Tensor, torch.Tensor], tuple[torch.Tensor, torch.Tensor]]
 
@@ -58,7 +58,7 @@ def _fp4_weight(
 ) -> torch.Tensor:
     """A random weight carried through an NVFP4 round trip, so it holds FP4 error like a checkpoint's."""
     w = torch.randn(out_features, in_features, generator=generator) / in_features**0.5
-    codes, scales, gs = nvfp4.quantize(w)
+    codes, scales, gs = kernels.quantize(w)
     return nvfp4.dequantize(codes, scales, gs, dtype=dtype)
 
 

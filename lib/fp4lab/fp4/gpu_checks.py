@@ -73,7 +73,7 @@ def capture_replay(x: torch.Tensor, global_scale: torch.Tensor) -> dict:
         return {"status": "not testable here", "reason": "CUDA-graph capture needs a CUDA tensor"}
     expected = _kernel_bytes(nvfp4.reference_quantize(x.cpu(), global_scale.cpu(), swizzle=True))
     record: dict[str, Any] = {"status": "ran", "public_kernel": kernels.public_kernel(x)}
-    for name, quantize in (("reference", nvfp4.reference_quantize), ("public", nvfp4.quantize)):
+    for name, quantize in (("reference", nvfp4.reference_quantize), ("public", kernels.quantize)):
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(side):

@@ -17,7 +17,7 @@ software conversion, the larger part of the time), the element scales returned s
 computed once per block in a vector loop, the global max taken from the block maxima (one read
 of x fewer), codes packed eight to a 64-bit word, and x seen as one flat dimension of blocks
 (dynamic M and K otherwise put integer divisions into every vector iteration: 1.4x slower).
-``public_kernel`` picks what ``nvfp4.quantize`` runs.
+``quantize`` is the public call (what users call): ``public_kernel`` picks the kernel it runs.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ def triton_quantize(
     block_m: int | None = None,
     block_k: int | None = None,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """nvfp4.quantize's contract, one fused Triton kernel (and, for NVFP4 without a global scale,
+    """quantize's contract, one fused Triton kernel (and, for NVFP4 without a global scale,
     a one-pass amax kernel before it). ``approx_rcp`` needs a real GPU. The tile is
     ``block_m`` x ``block_k`` when given; otherwise Triton's autotuner picks it per (M, K) on a
     GPU (``tuned_config``), and 16 x 256 is used under the interpreter."""
@@ -214,7 +214,7 @@ def compiled_quantize(
     block_size: int = nvfp4.NVFP4_BLOCK,
     swizzle: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """nvfp4.quantize's contract through ``torch.compile`` of fused_quantize_bytes.
+    """quantize's contract through ``torch.compile`` of fused_quantize_bytes.
 
     The 128x4 swizzle of the (16x smaller) scales runs eagerly after the compiled graph: inside
     it, inductor materialized a float32 copy of x and the graph ran at half the speed.
@@ -235,7 +235,7 @@ def compiled_quantize(
 
 
 def public_kernel(x: torch.Tensor) -> str:
-    """The kernel ``nvfp4.quantize`` runs for x: ``triton`` on a CUDA GPU with Triton installed,
+    """The kernel ``quantize`` runs for x: ``triton`` on a CUDA GPU with Triton installed,
     ``compiled`` on a CPU for FAST_PATH_MIN_ELEMENTS elements or more, else ``reference``. While
     torch.compile traces, under a dispatch mode (opcheck, fake tensors) or for a tensor subclass,
     the reference: plain torch ops, which every tracer and mode sees through."""
@@ -257,4 +257,24 @@ KERNELS = {
     "compiled": compiled_quantize,
     "triton": triton_quantize,
 }
-"""The kernels public_kernel can name, each with nvfp4.quantize's signature."""
+"""The kernels public_kernel can name, each with quantize's signature."""
+
+
+def quantize(
+    x: torch.Tensor,
+    global_scale: torch.Tensor | float | None = None,
+    *,
+    block_size: int = nvfp4.NVFP4_BLOCK,
+    swizzle: bool = False,
+) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
+    """Quantize a 2-D tensor to NVFP4 (block_size=16) or MXFP4 (block_size=32).
+
+    Returns ``(codes, scales, global_scale)``: codes uint8 [M, K/2]; scales float8_e4m3fn
+    [M, K/16] for NVFP4 or float8_e8m0fnu [M, K/32] for MXFP4, 1-D in the 128x4 order when
+    ``swizzle``; global_scale a float32 scalar tensor (NVFP4; 448*6/amax when None) or None (MXFP4).
+    The bytes are reference_quantize's; the kernel is the fastest that gives them here (see
+    ``public_kernel``).
+    """
+    nvfp4.check_input(x, block_size)
+    kernel = KERNELS[public_kernel(x)]
+    return kernel(x, global_scale, block_size=block_size, swizzle=swizzle)

@@ -45,9 +45,9 @@ The global scale follows FlashInfer: ``gs = 448 * 6 / amax`` (torchao stores the
 The encodings live in ``fp4lab.fp4.encodings``, the scale layout in ``fp4lab.fp4.swizzle``
 (``swizzled_shape`` is importable from here too).
 
-``quantize`` is the public call: it runs the fastest kernel that gives these bytes
-(``fp4lab.fp4.kernels.public_kernel`` says which); ``reference_quantize`` always runs this
-module's eager arithmetic, the spec the cross-checks compare with. Neither builds a tensor from
+The public call is ``fp4lab.fp4.kernels.quantize``: it runs the fastest kernel that gives these
+bytes; ``reference_quantize`` always runs this module's eager arithmetic, the spec the
+cross-checks compare with. Neither builds a tensor from
 Python data (a host-to-device copy, illegal during CUDA-graph capture): constants are fills on
 x's device.
 """
@@ -235,28 +235,6 @@ def reference_quantize(
     """quantize by this module's eager arithmetic, whatever the device: the spec."""
     codes, sf_bytes, gs = quantize_bytes(x, global_scale, block_size=block_size, swizzle=swizzle)
     return codes, scales_view(sf_bytes, block_size), gs
-
-
-def quantize(
-    x: torch.Tensor,
-    global_scale: torch.Tensor | float | None = None,
-    *,
-    block_size: int = NVFP4_BLOCK,
-    swizzle: bool = False,
-) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor | None]:
-    """Quantize a 2-D tensor to NVFP4 (block_size=16) or MXFP4 (block_size=32).
-
-    Returns ``(codes, scales, global_scale)``: codes uint8 [M, K/2]; scales float8_e4m3fn
-    [M, K/16] for NVFP4 or float8_e8m0fnu [M, K/32] for MXFP4, 1-D in the 128x4 order when
-    ``swizzle``; global_scale a float32 scalar tensor (NVFP4; 448*6/amax when None) or None (MXFP4).
-    The bytes are reference_quantize's; the kernel is the fastest that gives them here (see
-    ``fp4lab.fp4.kernels.public_kernel``).
-    """
-    check_input(x, block_size)
-    from fp4lab.fp4 import kernels  # imported on use: kernels builds on this module
-
-    kernel = kernels.KERNELS[kernels.public_kernel(x)]
-    return kernel(x, global_scale, block_size=block_size, swizzle=swizzle)
 
 
 def dequantize(

@@ -1,6 +1,6 @@
 """Quantize throughput against the memory-copy line, measured in one run.
 
-Used by benchmarks/nvfp4_throughput.py and notebook 06. ``public`` is ``nvfp4.quantize`` as users
+Used by benchmarks/nvfp4_throughput.py and notebook 06. ``public`` is ``kernels.quantize`` as users
 call it (each row says which kernel it ran), ``reference`` the eager spec, ``compiled`` the
 torch.compile'd formulation; ``triton`` (and FlashInfer, where it runs) are given the global
 scale, as a serving stack calls its quantize kernel, where ``public`` computes it (one more read
@@ -47,7 +47,7 @@ def candidates(
 ) -> tuple[dict[str, Callable[[torch.Tensor], object]], dict[str, str]]:
     """The quantize kernels that run on ``device``, and the skipped ones with the reason."""
     run: dict[str, Callable] = {
-        "public": lambda x: nvfp4.quantize(x, block_size=block_size, swizzle=True),
+        "public": lambda x: kernels.quantize(x, block_size=block_size, swizzle=True),
         "compiled": lambda x: kernels.compiled_quantize(x, block_size=block_size, swizzle=True),
     }
     skipped: dict[str, str] = {}
@@ -230,7 +230,7 @@ def public_goal(
     rounds: int = 9,
     seed: int = 0,
 ) -> dict:
-    """``nvfp4.quantize(x)`` as users call it against ``out.copy_(x)`` (preallocated) and torchao's
+    """``kernels.quantize(x)`` as users call it against ``out.copy_(x)`` (preallocated) and torchao's
     compiled quantize, one call of each per round so a busy machine slows all three alike; medians
     over the rounds, first calls (compiles included) timed apart. torchao is left out, with the
     reason, where it cannot run."""
@@ -240,7 +240,7 @@ def public_goal(
     out = torch.empty_like(x)
     calls: dict[str, Callable] = {
         "copy_": lambda: out.copy_(x),
-        "public": lambda: nvfp4.quantize(x),
+        "public": lambda: kernels.quantize(x),
     }
     record: dict = {"M": m, "K": k, "dtype": str(dtype).removeprefix("torch."), "rounds": rounds}
     record |= {

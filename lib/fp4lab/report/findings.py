@@ -149,7 +149,7 @@ def timings() -> str:
             else ""
         )
         lines.append(
-            f"- `fp4lab.fp4.nvfp4.quantize` on {g['M']}x{g['K']} {g['dtype']} "
+            f"- `fp4lab.fp4.kernels.quantize` on {g['M']}x{g['K']} {g['dtype']} "
             f"(`benchmarks/nvfp4_throughput.py`, {goal[-1]['provenance']['device']}): "
             f"{g['ratio_to_copy']:.2f} of a preallocated copy_{torchao} (goal "
             f"{g['copy_goal']:.2f} and 1x; load average {g['load_average_after']:.1f})."

@@ -25,6 +25,7 @@ from typing import Any
 
 import torch
 
+from fp4lab.compile.audit import backends
 from fp4lab.compile.audit.parameters import PARAMETERS, SIZES_FOR
 
 DTYPES = {
@@ -206,48 +207,6 @@ class Call:
         return {"args": self.args, "kwargs": self.kwargs, "notes": self.notes}
 
 
-def _backend_checks(fn: Callable) -> dict | None:
-    """The backends FlashInfer's ``@backend_requirement`` declares for ``fn`` (None: not declared)."""
-    if not hasattr(fn, "is_backend_supported"):
-        return None
-    try:
-        found = inspect.getclosurevars(fn.is_backend_supported).nonlocals.get("backend_checks")
-    except (TypeError, ValueError):
-        return None
-    return found if isinstance(found, dict) else None
-
-
-def backend_for(fn: Callable, entry: str, sm: tuple[int, int]) -> tuple[str | None, str]:
-    """A ``backend`` value FlashInfer itself declares supported on ``sm`` where the signature's
-    default is not (None: keep the default), and why."""
-    checks = _backend_checks(fn)
-    default = _default(fn, "backend")
-    if not checks or default is None or default == "auto" or f"{entry}.backend" in PARAMETERS:
-        return None, ""
-    cc = sm[0] * 10 + sm[1]
-    if default in checks and fn.is_backend_supported(default, cc):
-        return None, ""
-    experimental = getattr(fn, "experimental_backends", ())
-    for backend in checks:
-        if backend not in experimental and fn.is_backend_supported(backend, cc):
-            return repr(backend), (
-                f"backend {backend!r}: the default {default!r} is not one FlashInfer declares for "
-                f"SM{sm[0]}{sm[1]}"
-            )
-    return (
-        None,
-        f"no backend FlashInfer declares for SM{sm[0]}{sm[1]}; the default {default!r} kept",
-    )
-
-
-def _default(fn: Callable, name: str) -> Any:
-    try:
-        p = inspect.signature(fn).parameters.get(name)
-    except (TypeError, ValueError):
-        return None
-    return None if p is None or p.default is p.empty else p.default
-
-
 @contextlib.contextmanager
 def sized(entry: str) -> Iterator[None]:
     """SIZES with ``entry``'s own sizes (``parameters.SIZES_FOR``) for the block."""
@@ -268,7 +227,7 @@ def _sized(entry: str, build: Callable[[], tuple]) -> Callable[[], tuple]:
 
 def for_function(fn: Callable, entry: str, kind: str, sm: tuple[int, int]) -> Call:
     """The call of a public function: its inputs from the table, a backend valid on ``sm``."""
-    backend, note = backend_for(fn, entry, sm)
+    backend, note = backends.backend_for(fn, entry, sm)
     args, kwargs = for_signature(fn, entry, kind, {"backend": backend} if backend else None)
     with sized(entry):
         build = _sized(entry, bind(fn, args, kwargs))
