@@ -347,3 +347,10 @@ def test_the_index_leads_with_the_answer_and_gives_each_notebooks_verdict(story)
     assert seen["tables"] == [1 + len(catalog.notebooks())]
     [tradeoff] = _values("04_fullgraph_false_tradeoff", "summary")
     assert f"WRONG OUTPUT\t{tradeoff['number']}" in seen["text"], "the row's verdict and number"
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", [n for n in RUNS if n != "10_decision_report"])
+def test_every_exported_notebook_fits_the_window(story, name):
+    """Every table a notebook shows wraps to the page (``core.page``), in headless Chromium."""
+    _rendered(story / "html" / f"{name}.html", paths.build_dir() / "test" / f"{name}.png")

@@ -17,11 +17,13 @@ def setup() -> None:
     """Refuse a parameter papermill injected that the notebook does not declare
     (``core.injected``), point every dependency's cache into the repository's build/cache (call
     before importing torch), and have this process stopped when its parent dies
-    (``core.process``)."""
+    (``core.process``); in a notebook, its tables wrapped to the page (``core.page``)."""
     from fp4lab.core.injected import refuse_undeclared
+    from fp4lab.core.page import in_notebook
     from fp4lab.core.paths import use_build_caches
     from fp4lab.core.process import exit_with_parent
 
     refuse_undeclared()
     use_build_caches()
     exit_with_parent()
+    in_notebook()

@@ -15,21 +15,18 @@ from pathlib import Path
 
 import mistune
 
-from fp4lab.core import catalog, paths, records
-from fp4lab.report import decision, view
+from fp4lab.core import catalog, page, paths, records
+from fp4lab.report import decision
 
 REPORT = "10_decision_report"
 
 STYLE = (
     "body{font-family:system-ui,sans-serif;max-width:1260px;margin:16px auto;padding:0 12px;"
     "line-height:1.45}"
-    + "".join(
-        f"{'table' if not rule['selector'] else rule['selector']}{{{rule['props']}}}"
-        for rule in view.WRAPPED
-    )
+    + page.css()
     + "th,td{border:1px solid #ccc}th{background:#f3f3f3}.answer{font-size:1.05em}"
 )
-"""The report's table styles (``view.WRAPPED``), on a page as wide as the report's."""
+"""The report's table styles (``core.page``), on a page as wide as the report's."""
 
 COLUMNS = ("notebook", "shows", "verdict", "deciding number", "evidence", "status", "seconds",
            "ran at (UTC)", "reason")  # fmt: skip

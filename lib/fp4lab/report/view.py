@@ -7,15 +7,7 @@ import html
 import pandas as pd
 from pandas.io.formats.style import Styler
 
-WRAPPED = [
-    {"selector": "", "props": "width: 100%; table-layout: fixed; border-collapse: collapse;"},
-    {
-        "selector": "th, td",
-        "props": "text-align: left; vertical-align: top; white-space: normal; "
-        "overflow-wrap: anywhere; word-break: break-word; padding: 4px 6px;",
-    },
-]
-"""A fixed-layout table as wide as the page, every cell wrapped (long paths and frames too)."""
+from fp4lab.core.page import WRAPPED
 
 
 def link(notebook: str) -> str:

@@ -1,0 +1,41 @@
+"""How fp4lab's tables look on an HTML page: as wide as the page, every cell wrapped, so no report
+runs past its window (long paths and frames included).
+
+``WRAPPED`` is the rule set (the report's tables apply it to their ``Styler``); ``in_notebook``
+shows it once as a style element in a notebook's output, so every DataFrame the notebook shows
+follows it in the exported page too.
+"""
+
+from __future__ import annotations
+
+WRAPPED = [
+    {"selector": "", "props": "width: 100%; table-layout: fixed; border-collapse: collapse;"},
+    {
+        "selector": "th, td",
+        "props": "text-align: left; vertical-align: top; white-space: normal; "
+        "overflow-wrap: anywhere; word-break: break-word; padding: 4px 6px;",
+    },
+]
+"""A fixed-layout table as wide as the page, every cell wrapped (long paths and frames too)."""
+
+
+def css(table: str = "table") -> str:
+    """WRAPPED as CSS for the tables ``table`` selects."""
+    rules = []
+    for rule in WRAPPED:
+        parts = rule["selector"].split(",") if rule["selector"] else [""]
+        selectors = ", ".join(f"{table} {part.strip()}".strip() for part in parts)
+        rules.append(f"{selectors}{{{rule['props']}}}")
+    return "".join(rules)
+
+
+def in_notebook() -> None:
+    """WRAPPED shown once as a style element for the notebook's DataFrames (nothing outside a
+    notebook)."""
+    import sys
+
+    if "ipykernel" not in sys.modules:
+        return
+    from IPython.display import HTML, display
+
+    display(HTML(f"<style>{css('table.dataframe')}</style>"))
