@@ -168,7 +168,7 @@ def later_release():
     """The release of TEST_VERSIONS after the story's, replayed on SM12.0 as notebook 11 does:
     its environment record, its replay and its decision."""
     version = versions.TEST_VERSIONS[-1]
-    run = study.measure_version(version, ["12.0"], ["unset"], progress=lambda _: None)
+    [run] = study.measure_versions([version], ["12.0"], ["unset"], progress=lambda _: None)
     assert run.environment.ok, run.environment.error
     replay = run.replays["12.0"]
     return run, replay, decide.cell(version, "12.0", replay, run.calls)

@@ -43,21 +43,23 @@ def child(version: str, sm: str, cuda_home: list[str], story: bool) -> venvs.Chi
                        f"{version}-sm{sm}", f"the GLM-5 replay of SGLang {version} on SM{sm}")  # fmt: skip
 
 
-def measure_version(version: str, sms: list[str], cuda_home: list[str],
-                    progress: Callable[[str], object] = print) -> VersionRun:  # fmt: skip
-    """Build or reuse the environment; scan it, then replay on each SM (one child per core at
-    once; the story's SM also walks the story's patch and each CUDA_HOME); skipped when the
-    environment failed."""
-    compile_env = env.ensure_env(version)
-    progress(f"sglang=={version}: environment {compile_env.status} ({compile_env.seconds:.0f} s)"
-             + (f" {compile_env.error}" if compile_env.error else ""))  # fmt: skip
-    run = VersionRun(version, compile_env)
-    if not compile_env.ok:
-        return run
-    package = standins.site_packages(str(compile_env.python)) / "sglang"
-    run.calls = scan.scan(package)
-    story = version == versions.STORY_VERSION
-    children = [child(version, sm, cuda_home, story and sm == versions.STORY_SM) for sm in sms]
+def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
+                     progress: Callable[[str], object] = print) -> list[VersionRun]:  # fmt: skip
+    """Each release's environment built or reused and its source scanned, in turn; then every
+    (release, SM) replay in one pool, one child per core at once across releases, so no core
+    waits while a release's last SM runs alone (the story's SM of the story's release also walks
+    the story's patch and each CUDA_HOME). A release whose environment failed has no replays."""
+    runs = []
+    for version in chosen:
+        compile_env = env.ensure_env(version)
+        progress(f"sglang=={version}: environment {compile_env.status} ({compile_env.seconds:.0f} s)"
+                 + (f" {compile_env.error}" if compile_env.error else ""))  # fmt: skip
+        runs.append(VersionRun(version, compile_env))
+        if compile_env.ok:
+            runs[-1].calls = scan.scan(standins.site_packages(str(compile_env.python)) / "sglang")
+    jobs = [(run, sm) for run in runs if run.environment.ok for sm in sms]
+    story = (versions.STORY_VERSION, versions.STORY_SM)
+    children = [child(run.version, sm, cuda_home, (run.version, sm) == story) for run, sm in jobs]
 
     def shown(one: venvs.Child, found: dict) -> None:
         fixed = found.get("fix", {})
@@ -68,8 +70,9 @@ def measure_version(version: str, sms: list[str], cuda_home: list[str],
 
     found = venvs.run_children(children, paths.build_dir() / "sglang-compile" / "logs",
                                CHILD_TIMEOUT_S, shown)  # fmt: skip
-    run.replays = dict(zip(sms, found, strict=True))
-    return run
+    for (run, sm), replay in zip(jobs, found, strict=True):
+        run.replays[sm] = replay
+    return runs
 
 
 def check_cuda_home(cuda_home: list[str] | tuple[str, ...] | str) -> list[str]:
@@ -121,13 +124,12 @@ def record_version(rec: records.Recorder, run: VersionRun) -> list[dict]:
 
 
 def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> list[dict]:
-    """Every release measured in turn (a failed one recorded, the others go on); the decision
-    table's rows recorded as "decision" and the "summary"."""
+    """Every release measured (``measure_versions``; a failed one recorded, the others go on); the
+    decision table's rows recorded as "decision" and the "summary"."""
     rows: list[dict] = []
-    runs = []
-    for version in versions.check_versions(rec.params["sglang_versions"], extra):
-        run = measure_version(version, rec.params["sms"], rec.params["cuda_home"])
-        runs.append(run)
+    chosen = versions.check_versions(rec.params["sglang_versions"], extra)
+    runs = measure_versions(chosen, rec.params["sms"], rec.params["cuda_home"])
+    for run in runs:
         rows += record_version(rec, run)
     for row in rows:
         rec.add("decision", row, target=_target(row["sm"]))
