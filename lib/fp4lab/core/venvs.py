@@ -24,7 +24,7 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass
 from functools import cache
 from importlib import metadata
@@ -257,18 +257,20 @@ def child_workers(count: int) -> int:
 
 
 def run_children(
-    children: Sequence[Child],
+    children: Iterable[Child],
     logs: Path,
     timeout_s: float,
     done: Callable[[Child, dict], object] = lambda child, found: None,
 ) -> list[dict]:
     """Every child run (``child_workers`` at once), each result in the order given; ``done`` is
-    called as each one finishes, to show progress."""
+    called as each one finishes, to show progress. ``children`` may be a generator: each child
+    starts as soon as it is given, while the generator prepares the next."""
 
     def one(child: Child) -> dict:
         found = run_child(child, logs, timeout_s)
         done(child, found)
         return found
 
-    with concurrent.futures.ThreadPoolExecutor(child_workers(len(children))) as pool:
+    count = len(children) if isinstance(children, Sized) else os.cpu_count() or 1
+    with concurrent.futures.ThreadPoolExecutor(child_workers(count)) as pool:
         return list(pool.map(one, children))

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -43,23 +43,37 @@ def child(version: str, sm: str, cuda_home: list[str], story: bool) -> venvs.Chi
                        f"{version}-sm{sm}", f"the GLM-5 replay of SGLang {version} on SM{sm}")  # fmt: skip
 
 
+SCANNED = "fp4lab-scan.json"
+"""The scan of the installed release, kept in its environment (``scan.cached``)."""
+
+
 def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
                      progress: Callable[[str], object] = print) -> list[VersionRun]:  # fmt: skip
-    """Each release's environment built or reused and its source scanned, in turn; then every
-    (release, SM) replay in one pool, one child per core at once across releases, so no core
-    waits while a release's last SM runs alone (the story's SM of the story's release also walks
-    the story's patch and each CUDA_HOME). A release whose environment failed has no replays."""
-    runs = []
-    for version in chosen:
-        compile_env = env.ensure_env(version)
-        progress(f"sglang=={version}: environment {compile_env.status} ({compile_env.seconds:.0f} s)"
-                 + (f" {compile_env.error}" if compile_env.error else ""))  # fmt: skip
-        runs.append(VersionRun(version, compile_env))
-        if compile_env.ok:
-            runs[-1].calls = scan.scan(standins.site_packages(str(compile_env.python)) / "sglang")
-    jobs = [(run, sm) for run in runs if run.environment.ok for sm in sms]
+    """Each release's environment built or reused and its source scanned, in turn, while the
+    replays of the releases before it already run: every (release, SM) child in one pool, one per
+    core at once, so no core waits while a release's last SM runs alone (the story's SM of the
+    story's release also walks the story's patch and each CUDA_HOME). A release whose environment
+    failed has no replays."""
+    runs: list[VersionRun] = []
+    jobs: list[tuple[VersionRun, str]] = []
     story = (versions.STORY_VERSION, versions.STORY_SM)
-    children = [child(run.version, sm, cuda_home, (run.version, sm) == story) for run, sm in jobs]
+
+    def prepared() -> Iterator[venvs.Child]:
+        for version in chosen:
+            compile_env = env.ensure_env(version)  # its environment says one line (core.venvs)
+            if compile_env.error:
+                progress(
+                    f"sglang=={version}: environment {compile_env.status}: {compile_env.error}"
+                )
+            run = VersionRun(version, compile_env)
+            runs.append(run)
+            if not compile_env.ok:
+                continue
+            package = standins.site_packages(str(compile_env.python)) / "sglang"
+            run.calls = scan.cached(package, env.env_dir(version) / "venv" / SCANNED)
+            for sm in sms:
+                jobs.append((run, sm))
+                yield child(version, sm, cuda_home, (version, sm) == story)
 
     def shown(one: venvs.Child, found: dict) -> None:
         fixed = found.get("fix", {})
@@ -68,7 +82,7 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
             f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
         progress(f"  {one.label}: {what}")
 
-    found = venvs.run_children(children, paths.build_dir() / "sglang-compile" / "logs",
+    found = venvs.run_children(prepared(), paths.build_dir() / "sglang-compile" / "logs",
                                CHILD_TIMEOUT_S, shown)  # fmt: skip
     for (run, sm), replay in zip(jobs, found, strict=True):
         run.replays[sm] = replay
