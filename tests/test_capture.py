@@ -23,16 +23,15 @@ def _capture(graph_type: type, graph_context: type, x: torch.Tensor, w: torch.Te
 
 
 def _replays(graph_type: type, graph_context: type, device: str, **where: object) -> list:
-    """Capture ``(2x) @ w + 1``, then: new data in the captured input, a replay; a tensor that is
-    not the captured one, a replay (it reads the captured input still)."""
+    """Capture ``(2x) @ w + 1``, then: new data in the captured input, a replay; the name bound
+    to another tensor, a replay (it reads the captured tensor still)."""
     x, w = torch.ones(4, 4, device=device), torch.eye(4, device=device)
     graph, out = _capture(graph_type, graph_context, x, w, **where)
     seen = [out.clone()]
     x.fill_(3)
     graph.replay()
     seen.append(out.clone())
-    other = torch.full((4, 4), 5.0, device=device)
-    del other  # a replay never sees a tensor the capture did not
+    x = torch.full((4, 4), 5.0, device=device)
     graph.replay()
     seen.append(out.clone())
     return [t.cpu() for t in seen]

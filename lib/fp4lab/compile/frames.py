@@ -46,6 +46,11 @@ class Frame:
         return f"{self.file}:{self.line}:{self.function}"
 
 
+def said(exc: BaseException) -> str:
+    """``exc`` as one line of a record: its type and the first line of its message."""
+    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
+
+
 def relative_path(filename: str) -> str:
     """A file name relative to the sys.path entry holding it; stdlib files get ``<stdlib>/``."""
     path = Path(filename)

@@ -19,7 +19,7 @@ from collections.abc import Callable
 import torch
 from torch.utils._pytree import tree_leaves
 
-from fp4lab.compile import fix, piecewise, segment, trace
+from fp4lab.compile import fix, frames, piecewise, segment, trace
 from fp4lab.compile.story import Story
 from fp4lab.core import evidence, timing
 
@@ -106,7 +106,7 @@ def _piecewise(variant: str, run: Story, x: torch.Tensor, reference: torch.Tenso
             output = step(x)
         replayed, backend.snapshots = backend.snapshots, None
     except Exception as exc:  # recorded first; the verdict fails the notebook
-        message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        message = frames.said(exc)
         return {"capture": f"error: {message}", "capture_error": message}
     eager_quantize = sum(seen.calls.values()) if variant == "compiled_with_breaks" else 0
     graphs = backend.graphs
@@ -153,7 +153,7 @@ def _full(run: Story, x: torch.Tensor, reference: torch.Tensor) -> dict:
             step(x)
         timed = timing.cuda_graph_replay(step, x, warmup=p["warmup"], iters=p["iters"])
     except Exception as exc:
-        message = f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
+        message = frames.said(exc)
         return {**row, "capture": f"error: {message}", "capture_error": message}
     return {
         **row,

@@ -31,6 +31,8 @@ from typing import Any
 
 import torch
 
+from fp4lab.compile import frames
+
 _FP4 = re.compile(r"fp4", re.IGNORECASE)
 _LAYOUT = re.compile(r"shuffle|interleave|swizzle", re.IGNORECASE)
 _TENSOR_NAMES = re.compile(r"^(input|x|a|b|input_tensor|unswizzled_sf|hidden_states|q|k|v)$")
@@ -187,9 +189,7 @@ def discover(flashinfer: Any, errors: dict[str, str] | None = None) -> list[Entr
         try:
             module = importlib.import_module(package)
         except BaseException as exc:  # a package that cannot load here is not part of the surface
-            errors[package] = (
-                f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}"
-            )
+            errors[package] = frames.said(exc)
             continue
         for name in _public_names(module):
             try:

@@ -49,12 +49,6 @@ class RecordedGraph:
                 if isinstance(new, torch.Tensor):
                     captured.copy_(new)
 
-    def capture_begin(self, *args: Any, **kwargs: Any) -> None:
-        """Nothing to begin: ``graph`` records while its block runs."""
-
-    def capture_end(self) -> None:
-        """Nothing to end: ``graph`` records while its block runs."""
-
 
 ALLOCATIONS = {
     torch.ops.aten.empty, torch.ops.aten.empty_like, torch.ops.aten.empty_strided,

@@ -29,7 +29,7 @@ from typing import Any
 
 import torch
 
-from fp4lab.compile import fix, segment
+from fp4lab.compile import fix, frames, segment
 from fp4lab.core import paths
 from fp4lab.serving.capture import recorder
 from fp4lab.serving.capture.release import Release, Unsplittable
@@ -155,10 +155,6 @@ class Drive:
         return sum(not i.is_splitting_graph for b in self.backends for i in b.piecewise_graphs)
 
 
-def _first_line(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {(str(exc).splitlines() or [''])[0]}"
-
-
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
     return float((a.float() - b.float()).abs().max())
 
@@ -218,7 +214,7 @@ def debug_mode(release: Release, variant: str, shape: segment.LayerShape, layers
         for n in sizes:
             drive.step(batches[n])
     except AssertionError as exc:  # its text up to the addresses, which differ by machine
-        return {"assertion": _first_line(exc).split(" Expected [")[0], "during": where}
+        return {"assertion": frames.said(exc).split(" Expected [")[0], "during": where}
     return {"assertion": None, "during": None}
 
 
@@ -246,7 +242,7 @@ def main(out: Path, scale: str, layers: str, tokens: str) -> int:
     except Unsplittable as exc:
         found["unsplittable"] = str(exc)
     except Exception as exc:  # the parent records it as not measured, with its frames
-        found["error"] = _first_line(exc)
+        found["error"] = frames.said(exc)
         found["traceback"] = traceback.format_exc()[-4000:]
     Path(out).write_text(json.dumps(found) + "\n")
     return 0

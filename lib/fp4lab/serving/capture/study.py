@@ -37,8 +37,7 @@ def measure(rec: records.Recorder, scale: int, layers: int, sizes: list[int]) ->
     logs = paths.build_dir() / "logs" / rec.notebook
     logs.mkdir(parents=True, exist_ok=True)
     for version in versions.check_versions(rec.params["sglang_versions"]):
-        print(f"SGLang {version}: environment ...", flush=True)
-        built = env.ensure_env(version)
+        built = env.ensure_env(version)  # its environment says one line (core.venvs)
         if not built.ok:
             rec.add(
                 "sglang_backend_not_measured",
@@ -69,10 +68,6 @@ def measure(rec: records.Recorder, scale: int, layers: int, sizes: list[int]) ->
 
 def _of(rows: list[dict], variant: str) -> list[dict]:
     return [r for r in rows if r["variant"] == variant]
-
-
-def _releases(rows: list[dict]) -> str:
-    return ", ".join(dict.fromkeys(r["sglang_version"] for r in rows))
 
 
 def decision(rows: list[dict], asked: list[str]) -> dict:
