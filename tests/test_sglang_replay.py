@@ -25,8 +25,18 @@ import torch
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
 from fp4lab.serving import standins
-from fp4lab.serving.replay import decide, env, patch, scan, split_check, study, timeline, versions
+from fp4lab.serving.replay import (
+    decide,
+    env,
+    patch,
+    scan,
+    split_check,
+    study,
+    timeline,
+    versions,
+)
 from fp4lab.serving.replay import runner as replay_runner
+from fp4lab.serving.replay.flags import user_flags
 
 pytestmark = pytest.mark.environments
 STORY_SIGNATURES = ["subprocess", "file_io", "compiler_disable_under_fullgraph"]
@@ -360,7 +370,7 @@ def test_the_glm5_flags_follow_each_releases_parser_and_auto_disable_rule():
     enable = _option(
         "--enable-piecewise-cuda-graph", "Optimize the model with piecewise cuda graph"
     )
-    assert decide.glm5_flags([enable], False) == (
+    assert user_flags([enable], False) == (
         ["--enable-piecewise-cuda-graph"],
         "off unless enabled",
     )
@@ -371,19 +381,19 @@ def test_the_glm5_flags_follow_each_releases_parser_and_auto_disable_rule():
         "--enforce-piecewise-cuda-graph",
         "Enforce piecewise cuda graph, skipping all auto-disable conditions.",
     )
-    flags, how = decide.glm5_flags([deprecated, enforce], True)
+    flags, how = user_flags([deprecated, enforce], True)
     assert flags == ["--enforce-piecewise-cuda-graph"] and "auto-disable list" in how
-    assert decide.glm5_flags([deprecated, enforce], False)[0] == [], "on by default"
-    assert decide.glm5_flags([deprecated], True)[0] is None, "disabled and nothing overrides it"
+    assert user_flags([deprecated, enforce], False)[0] == [], "on by default"
+    assert user_flags([deprecated], True)[0] is None, "disabled and nothing overrides it"
     prefill = _option(
         "--cuda-graph-backend-prefill", choices=["full", "breakable", "tc_piecewise", "disabled"]
     )
-    assert decide.glm5_flags([prefill], False)[0] == [
+    assert user_flags([prefill], False)[0] == [
         "--cuda-graph-backend-prefill",
         "tc_piecewise",
     ]
     gone = _option("--cuda-graph-backend-prefill", choices=["full", "breakable", "disabled"])
-    flags, how = decide.glm5_flags([gone], False)
+    flags, how = user_flags([gone], False)
     assert flags is None and how.startswith("the release removed torch.compile piecewise graphs")
     row = decide.cell("0.5.23", "12.0", {"piecewise_options": [gone], "fix": {"compiles": True}})
     assert (row["outcome"], row["flag"]) == ("not applicable", "none reaches it")
@@ -408,7 +418,7 @@ def test_a_runner_the_release_declines_is_not_applicable_with_the_reason_it_logg
               "fix": {"steps": [step], "parts": [], "compiles": False}}  # fmt: skip
     row = decide.cell("0.5.3.post2", "10.0", replay)
     assert (row["outcome"], row["flag"]) == ("not applicable", "--enable-piecewise-cuda-graph")
-    assert row["note"] == ("the release's ModelRunner builds no piecewise runner for GLM-5 "
+    assert row["note"] == ("the release's ModelRunner builds no piecewise runner for GlmMoeDsaForCausalLM "
                            f'(ModelRunner.__init__ logged "{GQA}")')  # fmt: skip
     assert (row["blockers"], row["compiles_with_patch"], row["blocked_at"]) == ([], None, None)
     assert decide._what(row).startswith("not applicable (the release's ModelRunner builds no")

@@ -6,10 +6,12 @@ standard-library files as ``<stdlib>/subprocess.py``, so records name no path of
 
 from __future__ import annotations
 
+import json
 import sys
 import sysconfig
 import traceback
 from dataclasses import dataclass
+from functools import cache
 from pathlib import Path
 
 _STDLIB = Path(sysconfig.get_paths()["stdlib"]).resolve()
@@ -75,3 +77,22 @@ def user_frames(stack: traceback.StackSummary | list | None) -> list[Frame]:
             continue
         frames.append(Frame(rel, summary.lineno or 0, summary.name, (summary.line or "").strip()))
     return frames
+
+
+@cache
+def _graph_breaks() -> dict[str, str]:
+    """Dynamo's graph-break registry of the installed torch: each break's type to its code."""
+    import torch._dynamo
+
+    registry = Path(torch._dynamo.__file__).parent / "graph_break_registry.json"
+    if not registry.is_file():  # a torch before the registry
+        return {}
+    found = json.loads(registry.read_text())
+    return {entry["Gb_type"]: code for code, entries in found.items() for entry in entries}
+
+
+def graph_break_code(message: str | None) -> str | None:
+    """The code (``GB0088``) torch's own registry gives the graph break whose message starts with
+    its type, or None (not a registered break, or a torch without the registry)."""
+    first = (message or "").strip().splitlines()[0] if (message or "").strip() else ""
+    return _graph_breaks().get(first)

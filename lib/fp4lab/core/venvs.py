@@ -217,13 +217,15 @@ def ensure(path: Path, steps: list[list[str]]) -> Environment:
 @dataclass(frozen=True)
 class Child:
     """``PYTHON -m MODULE OUT *args`` inside a side environment; ``stem`` names its log and JSON
-    (under the caller's log folder), ``label`` says what it does in an error."""
+    (under the caller's log folder), ``label`` says what it does in an error; ``env`` adds to
+    its environment."""
 
     python: Path
     module: str
     args: tuple[str, ...]
     stem: str
     label: str
+    env: tuple[tuple[str, str], ...] = ()
 
 
 def run_child(child: Child, logs: Path, timeout_s: float) -> dict:
@@ -237,7 +239,7 @@ def run_child(child: Child, logs: Path, timeout_s: float) -> dict:
         [child.python, "-m", child.module, out, *child.args],
         log,
         timeout_s,
-        env=dict(os.environ, PYTHONPATH=str(paths.REPO_ROOT / "lib")),
+        env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib"), **dict(child.env)},
     )
     if not finished.ok or not out.exists():
         last = (process.tail(log, 1).strip() or "no output").splitlines()[-1]

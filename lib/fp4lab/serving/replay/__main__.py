@@ -1,5 +1,6 @@
 import sys
 
-from fp4lab.serving.replay.study import main
+from fp4lab.serving.replay import check, study
 
-sys.exit(main())
+argv = sys.argv[1:]
+sys.exit(check.main(argv[1:]) if argv[:1] == ["check"] else study.main(argv))

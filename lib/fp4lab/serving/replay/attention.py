@@ -1,5 +1,6 @@
 """Inside one SGLang environment: the attention backend, DSA indexer metadata and KV pool that
-stand in for ``NativeSparseAttnBackend`` at SGLang's attention split op.
+stand in for ``NativeSparseAttnBackend`` (or a dense model's backend: GQA, sliding window, sinks)
+at SGLang's attention split op.
 
 Dense causal MLA attention equals DSA's sparse attention while every sequence is at most
 ``index_topk`` tokens long (DSA then selects every earlier token); one extend batch from an
@@ -32,8 +33,10 @@ class IndexerMetadata:
 
 
 class AttentionBackend:
-    """In place of ``NativeSparseAttnBackend``: dense causal MLA attention in float32 for one
-    extend batch from an empty cache (the KV cache is not written: nothing reads it back)."""
+    """In place of ``NativeSparseAttnBackend`` (or a GQA model's backend): causal attention in
+    float32 for one extend batch from an empty cache, MLA's single key head or GQA's groups, the
+    layer's sliding window and sinks where it has them (the KV cache is not written: nothing
+    reads it back)."""
 
     prefill_attention_backend_str = decode_attention_backend_str = None
     """Read by DeepSeek's attention dispatch from 0.5.2x on: None selects the server's choice."""
@@ -58,10 +61,18 @@ class AttentionBackend:
                 [key, kwargs["k_rope"].reshape(n, -1, kwargs["k_rope"].shape[-1]).float()], -1
             )
         value = v.reshape(n, -1, v.shape[-1]).float()[..., : layer.v_head_dim]
-        key, value = key.expand(n, heads, -1), value.expand(n, heads, -1)
+        group = heads // key.shape[1]  # 1 key head for MLA, heads / KV heads for GQA
+        key, value = key.repeat_interleave(group, 1), value.repeat_interleave(group, 1)
         scores = torch.einsum("qhd,khd->hqk", query, key) * layer.scaling
-        causal = torch.ones(n, n, dtype=torch.bool).tril()
-        weights = scores.masked_fill(~causal, float("-inf")).softmax(-1)
+        seen = torch.ones(n, n, dtype=torch.bool).tril()
+        window = getattr(layer, "sliding_window_size", None) or -1
+        if window > -1:  # SGLang's window: a token sees itself and the `window` before it
+            seen &= torch.ones(n, n, dtype=torch.bool).triu(-window)
+        scores = scores.masked_fill(~seen, float("-inf"))
+        sinks = kwargs.get("sinks")
+        if sinks is not None:  # one more logit per head that takes weight and gives no value
+            scores = torch.cat([scores, sinks.float().reshape(heads, 1, 1).expand(-1, n, 1)], -1)
+        weights = scores.softmax(-1)[..., :n]
         return torch.einsum("hqk,khd->qhd", weights, value).reshape(n, -1).to(q.dtype)
 
 

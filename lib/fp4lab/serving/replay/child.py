@@ -1,8 +1,9 @@
-"""Inside one SGLang environment: the release's own GLM-5 through its piecewise runner, on one SM.
+"""Inside one SGLang environment: the release's own model through its piecewise runner, on one SM.
 
-    python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES STORY
+    python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES STORY CHECKPOINT
 
-The release's ``GlmMoeDsaForCausalLM`` is built for a simulated GPU of SM (``model.build``) and
+The release's class of the tiny CHECKPOINT folder (``models.write_tiny``; GLM-5's
+``GlmMoeDsaForCausalLM`` in the story) is built for a simulated GPU of SM (``model.build``) and
 its piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunner`` does:
 
 * **eager**: the runner without ``install_torch_compiled``, on the release's code: what runs
@@ -35,7 +36,8 @@ import torch
 
 from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, paths, probe
-from fp4lab.serving.replay import decide, facts, model, patch, plugin, quantize, runner
+from fp4lab.serving.replay import facts, model, models, patch, plugin, quantize, runner
+from fp4lab.serving.replay.flags import user_flags
 
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
@@ -52,6 +54,7 @@ def _row(run: runner.Run, kernel: str | None, simulated: bool, **extra: object) 
         data["signature"] = "declined"
     return {
         **{k: data[k] for k in KEEP},
+        "graph_break": frames.graph_break_code(data["message"]),
         "kernel": kernel,
         "evidence": evidence.of_run(
             traced=not run.eager and data["status"] != "declined",
@@ -180,7 +183,9 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
             "frames": data["frames"][-6:], "kernel": ran.kernel}  # fmt: skip
 
 
-def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -> dict:
+def replay(
+    sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path, checkpoint: Path
+) -> dict:
     """Everything measured for the release on ``sm`` (see the module docstring)."""
     os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
     os.environ.setdefault(
@@ -188,8 +193,9 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
     )
     probe.machine()  # probed before torch is made to claim a GPU
     found: dict[str, Any] = {}
+    architecture = models.read(checkpoint).architecture  # before a fallback class rewrites it
     try:
-        built = model.build(sm, out.parent / "checkpoint")
+        built = model.build(sm, checkpoint)
     except Exception as exc:  # recorded: the exact obstacle on this machine
         failed = failure(exc)
         found["build_error"], found["build_frames"] = failed["error"], failed["frames"]
@@ -200,14 +206,14 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
             for f in found["build_frames"][-2:]
         )
         found["model_absent"] = str(exc) if isinstance(exc, model.ModelAbsent) else None
-        return found | release_rules()
+        return found | release_rules(architecture)
     found |= {"facts": built.facts, "standins": built.standins,
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
-    flags, how = decide.glm5_flags(
-        facts.piecewise_options(), facts.glm5_auto_disabled()["disabled"]
+    flags, how = user_flags(
+        facts.piecewise_options(), facts.auto_disabled(architecture)["disabled"], architecture
     )
     if flags is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
-        return found | {"not_driven": how} | release_rules()
+        return found | {"not_driven": how} | release_rules(architecture)
     found["standins"] = [*built.standins, *runner.standins(built)]
     try:
         with torch.no_grad():
@@ -218,7 +224,7 @@ def replay(sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path) -
             found["fix"] = fix_walk(built, sm, _version(), out)
     except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
         found["harness_error"] = failure(exc)
-    return found | release_rules()
+    return found | release_rules(architecture)
 
 
 def failure(exc: BaseException) -> dict:
@@ -231,13 +237,13 @@ def failure(exc: BaseException) -> dict:
             "frames": where[-8:], "harness_frame": ours[-1] if ours else None}  # fmt: skip
 
 
-def release_rules() -> dict:
-    """The release's own rules for GLM-5: its piecewise options, its auto-disable rule, the
-    lowest SM its NVFP4 config accepts."""
+def release_rules(architecture: str) -> dict:
+    """The release's own rules for ``architecture``: its piecewise options, its auto-disable
+    rule, the lowest SM its NVFP4 config accepts."""
     found: dict[str, Any] = {"min_capability": facts.min_capability()}
     try:
         found["piecewise_options"] = facts.piecewise_options()
-        found["glm5_auto_disabled"] = facts.glm5_auto_disabled()
+        found["auto_disabled"] = facts.auto_disabled(architecture)
     except Exception as exc:  # recorded: the parser could not be built here
         found["piecewise_options_error"] = f"{type(exc).__name__}: {exc}"
     return found
@@ -250,14 +256,15 @@ def _version() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 5 or argv[1] != "replay":
-        print("usage: python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES STORY",
-              file=sys.stderr)  # fmt: skip
+    if len(argv) != 6 or argv[1] != "replay":
+        print("usage: python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES STORY "
+              "CHECKPOINT", file=sys.stderr)  # fmt: skip
         return 2
-    out, _, sm, cuda_homes, story = argv
+    out, _, sm, cuda_homes, story, checkpoint = argv
     warnings.simplefilter("ignore")
     major, minor = (int(p) for p in sm.split("."))
-    found = replay((major, minor), cuda_homes.split(","), story == "story", Path(out))
+    found = replay((major, minor), cuda_homes.split(","), story == "story", Path(out),
+                   Path(checkpoint))  # fmt: skip
     found.update(python=platform.python_version(), torch=torch.__version__,
                  flashinfer=getattr(target.flashinfer, "__version__", None),
                  import_staging=target.IMPORT_STAGING)  # fmt: skip

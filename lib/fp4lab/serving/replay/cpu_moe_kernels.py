@@ -1,5 +1,6 @@
 """Inside one SGLang environment: the CPU kernels that stand in for the MoE's routing and expert
-kernels SGLang's GLM-5 calls: the grouped top-k by SGLang's own torch implementation, the NVFP4
+kernels SGLang's models call: the grouped top-k by SGLang's own torch implementation, the
+softmax top-k by its definition, the NVFP4
 MoE by its definition on fp4lab's reference, and zeros where no CPU reference exists for a
 kernel's weight layout (FlashInfer's TRT-LLM and CUTLASS FP4 MoEs, Marlin), each record saying
 so. The dense kernels are ``cpu_kernels``.
@@ -47,6 +48,22 @@ def triton_router(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_e
     return torch.ops.sgl_kernel.moe_fused_gate(scores, bias, num_expert_group, topk_group, topk,
                                                num_fused_shared_experts, routed_scaling_factor,
                                                apply_routed_scaling_factor_on_output)  # fmt: skip
+
+
+def topk_softmax(weights, ids, gating, renormalize, softcapping=0.0, bias=None) -> None:
+    """sgl_kernel's softmax top-k by its definition (its docstring): softmax of the (softcapped)
+    gating logits, the top-k experts chosen on the scores plus the correction bias, their
+    scores as weights, renormalized if asked."""
+    logits = gating.float()
+    if softcapping:
+        logits = softcapping * torch.tanh(logits / softcapping)
+    scores = logits.softmax(-1)
+    chosen = (scores if bias is None else scores + bias.float()).topk(weights.shape[-1], -1)[1]
+    picked = scores.gather(-1, chosen)
+    if renormalize:
+        picked = picked / picked.sum(-1, keepdim=True)
+    weights.copy_(picked)
+    ids.copy_(chosen)
 
 
 def moe_fused_gate_fake(x, bias, groups, topk_group, topk, shared, scaling, on_output):

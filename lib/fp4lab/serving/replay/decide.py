@@ -11,6 +11,7 @@ equals eager, and the MoE's path under the trace.
 from __future__ import annotations
 
 from fp4lab.core import evidence, glm5
+from fp4lab.serving.replay import flags as flags_module
 from fp4lab.serving.replay import patch, versions
 
 STORY_SIGNATURES = ("subprocess", "file_io", "compiler_disable_under_fullgraph")
@@ -25,46 +26,6 @@ BLOCKERS = {
     "musa_probe_constant": "SGLang's is_musa() import probe inside the traced forward",
 }
 """What the blocker each patch part removes is, in words."""
-
-
-def glm5_flags(options: list[dict], auto_disabled: bool) -> tuple[list[str] | None, str]:
-    """The options a GLM-5 user passes to this release's server to get torch.compile piecewise
-    graphs, read from its own parser (help texts, choices, defaults) and its auto-disable rule;
-    None with the reason where no option reaches them."""
-    spelled = {name: o for o in options for name in o["options"]}
-
-    def live(flag: str) -> bool:
-        return flag in spelled and not spelled[flag]["help"].lower().startswith("deprecated")
-
-    prefill = spelled.get("--cuda-graph-backend-prefill")
-    if prefill:
-        choices = prefill.get("choices") or []
-        if "tc_piecewise" not in choices:
-            return None, (f"the release removed torch.compile piecewise graphs: "
-                          f"--cuda-graph-backend-prefill takes {'|'.join(choices)}")  # fmt: skip
-        flags = [] if prefill.get("default") == "tc_piecewise" else [
-            "--cuda-graph-backend-prefill", "tc_piecewise"
-        ]  # fmt: skip
-        how = (
-            f"the parser's default prefill backend is {prefill['default']}"
-            if prefill.get("default")
-            else "the parser leaves the prefill backend unset: tc_piecewise is asked for"
-        )
-    elif live("--enable-piecewise-cuda-graph"):
-        flags, how = ["--enable-piecewise-cuda-graph"], "off unless enabled"
-    elif "--enable-piecewise-cuda-graph" in spelled or "--disable-piecewise-cuda-graph" in spelled:
-        flags, how = [], "on by default (the enable option is deprecated)"
-    else:
-        return None, "the release's parser has no piecewise CUDA graph option"
-    if auto_disabled:
-        if not live("--enforce-piecewise-cuda-graph"):
-            return (
-                None,
-                f"{glm5.ARCHITECTURE} is on the release's auto-disable list, and no option overrides it",
-            )
-        flags.append("--enforce-piecewise-cuda-graph")
-        how += f"; {glm5.ARCHITECTURE} is on the release's auto-disable list"
-    return flags, how
 
 
 def blockers(chain: list[dict]) -> list[str]:
@@ -105,17 +66,13 @@ def short(note: str) -> str:
     return note[:cut][:110]
 
 
-def _flag_row(replay: dict) -> tuple[list[str] | None, str, dict]:
-    disabled = replay.get("glm5_auto_disabled") or {}
-    flags, how = glm5_flags(replay.get("piecewise_options", []), bool(disabled.get("disabled")))
-    return flags, how, disabled
-
-
-def declined_note(step: dict) -> str:
+def declined_note(step: dict, architecture: str = glm5.ARCHITECTURE) -> str:
     """Why a release's ModelRunner built no piecewise runner: its entry and the line it logged."""
     where = (step.get("entry") or "ModelRunner").split(".model_runner.")[-1]
     said = f'logged "{step["message"]}"' if step.get("message") else "logged no reason"
-    return f"the release's ModelRunner builds no piecewise runner for GLM-5 ({where} {said})"
+    return (
+        f"the release's ModelRunner builds no piecewise runner for {architecture} ({where} {said})"
+    )
 
 
 def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -> dict:
@@ -126,7 +83,7 @@ def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -
 
 
 def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict:
-    flags, how, disabled = _flag_row(replay)
+    flags, how, disabled = flags_module.flag_row(replay)
     facts = replay.get("facts", {})
     quantize = facts.get("quantize", {})
     fixed = replay.get("fix", {})
@@ -137,7 +94,7 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
            "quantize": quantize.get("implementation", "none"), "quantize_object": quantize.get("object"),
            "fake_registered": quantize.get("fake_registered"),
            "flag": " ".join(flags) if flags else ("none needed" if flags == [] else "none reaches it"),
-           "flag_why": how, "glm5_auto_disabled": disabled, "blocked_at": None, "blockers": [],
+           "flag_why": how, "auto_disabled": disabled, "blocked_at": None, "blockers": [],
            "patch": fixed.get("parts", []), "compiles_with_patch": None, "equals_eager": None,
            "graphs": fixed.get("graphs"), "pieces": fixed.get("pieces"),
            "expected_pieces": fixed.get("expected_pieces"), "moe": moe, "moe_op": moe_op,
@@ -157,7 +114,8 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
                     f"(ModelOptFp4Config.get_min_capability; {obstacle})")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
         if replay.get("refused_by_release"):
-            note = f"the release refuses NVFP4 GLM-5 on SM{sm} while building it ({obstacle})"
+            note = (f"the release refuses {disabled.get('architecture') or glm5.ARCHITECTURE} "
+                    f"on SM{sm} while building it ({obstacle})")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
         if flags is None and "piecewise_options_error" not in replay:
             return {**row, "outcome": "not applicable",
@@ -173,13 +131,19 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
     met = [BLOCKERS[p] for p in fixed.get("parts", [])]
     last = steps[-1] if steps else {}
     if last.get("status") == "declined":
-        return {**row, "outcome": "not applicable", "note": declined_note(last)}
+        architecture = disabled.get("architecture") or glm5.ARCHITECTURE
+        return {**row, "outcome": "not applicable", "note": declined_note(last, architecture)}
     failed_when_run = fixed.get("compiles") is False and last.get("status") == "runtime_error"
     stopped = f"{last.get('blocker_frame')}: {last.get('message')}"
     if failed_when_run and not met:  # it traced, then failed when run: no compiler to blame
         return harness(
             row, f"the traced model failed when run at {stopped}", last.get("blocker_frame")
         )
+    missing = missing_kernel(replay.get("eager_release") or {})
+    if fixed.get("compiles") is False and not failed_when_run and missing:
+        return harness(row, f"the release's code fails eagerly too, at a kernel with no CPU "
+                       f"stand-in ({missing}); the trace's stop at {stopped} is not blamed on "
+                       f"the compiler", missing)  # fmt: skip
     if fixed.get("compiles") is False and not failed_when_run:
         met.append(stopped)
     row |= {"blockers": met, "compiles_with_patch": None if failed_when_run else fixed.get("compiles"),
@@ -203,6 +167,22 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
                  f"({fixed.get('pieces')} pieces, expected {fixed.get('expected_pieces')}) and "
                  f"{'equals' if fixed.get('equals_eager') else 'does NOT equal'} eager")  # fmt: skip
     return {**row, "outcome": "blocked", "blocked_at": first, "note": note}
+
+
+KERNEL_BOUNDARIES = ("torch/_ops.py:", "sgl_kernel/")
+"""Frames where an eager call meets a compiled kernel: a failure there on a CPU is a kernel the
+replay does not stand in for, not the release's code."""
+
+
+def missing_kernel(eager: dict) -> str | None:
+    """The eager pass's failure where it stopped at a kernel boundary: its last frame and
+    message, or None (it ran, or failed in the release's own code)."""
+    stack = eager.get("frames") or []
+    if eager.get("status") != "runtime_error" or not any(
+        f.startswith(KERNEL_BOUNDARIES) for f in stack[-2:]
+    ):
+        return None
+    return f"{stack[-2] if len(stack) > 1 else stack[-1]}: {eager.get('message')}"
 
 
 def harness(row: dict, error: str, frame: str | None) -> dict:

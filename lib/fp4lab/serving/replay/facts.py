@@ -1,15 +1,16 @@
-"""Inside one SGLang environment: what the installed release says about GLM-5 and piecewise CUDA
-graphs, read from its own code: the NVFP4 minimum capability, the piecewise options of its own
-parser, its auto-disable rule, and from those the flags a GLM-5 user passes.
+"""Inside one SGLang environment: what the installed release says about a model architecture and
+piecewise CUDA graphs, read from its own code: the NVFP4 minimum capability, the piecewise
+options of its own parser, its auto-disable rule, and from those the flags the model's user
+passes.
 """
 
 from __future__ import annotations
 
 import importlib
 
-from fp4lab.core import glm5
 from fp4lab.serving import read_parser
-from fp4lab.serving.replay import decide, kernels
+from fp4lab.serving.replay import kernels
+from fp4lab.serving.replay.flags import user_flags
 
 
 def min_capability() -> int | None:
@@ -41,25 +42,27 @@ AUTO_DISABLE = (
 enforced: its function, else its list (releases before 0.5.1x have neither)."""
 
 
-def glm5_auto_disabled() -> dict:
-    """Whether the release's own auto-disable rule turns piecewise graphs off for GLM-5's
-    architecture, and which of its names said so (``None``: the release has no such rule)."""
+def auto_disabled(architecture: str) -> dict:
+    """Whether the release's own auto-disable rule turns piecewise graphs off for
+    ``architecture``, and which of its names said so (``None``: the release has no such rule)."""
     for module, name in AUTO_DISABLE:
         try:
             found = getattr(importlib.import_module(module), name, None)
         except ImportError:
             continue
         if callable(found):
-            return {"disabled": bool(found([glm5.ARCHITECTURE])), "from": f"{module}.{name}"}
+            return {"architecture": architecture, "disabled": bool(found([architecture])),
+                    "from": f"{module}.{name}"}  # fmt: skip
         if found is not None:
-            return {"disabled": glm5.ARCHITECTURE in found, "from": f"{module}.{name}"}
-    return {"disabled": False, "from": None}
+            return {"architecture": architecture, "disabled": architecture in found,
+                    "from": f"{module}.{name}"}  # fmt: skip
+    return {"architecture": architecture, "disabled": False, "from": None}
 
 
-def glm5_server_flags() -> dict:
-    """The piecewise options a GLM-5 user passes to this release (``decide.glm5_flags`` on its
-    own parser and auto-disable rule) as ``ServerArgs`` fields."""
-    flags, _ = decide.glm5_flags(piecewise_options(), glm5_auto_disabled()["disabled"])
+def server_flags(architecture: str) -> dict:
+    """The piecewise options the user of ``architecture`` passes to this release
+    (``flags.user_flags`` on its own parser and auto-disable rule) as ``ServerArgs`` fields."""
+    flags, _ = user_flags(piecewise_options(), auto_disabled(architecture)["disabled"])
     fields: dict = {}
     for i, flag in enumerate(flags or []):
         if flag.startswith("--"):

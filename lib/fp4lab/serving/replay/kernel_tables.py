@@ -30,11 +30,15 @@ SGL_KERNEL_OPS = {
         "Tensor cos_sin_cache, Tensor pos_ids, bool interleave, bool enable_pdl, Tensor? v, "
         "Tensor? k_buffer, Tensor? v_buffer, Tensor? kv_cache_loc) -> ()",
         cpu_kernels.rope_pos_ids_kv, None),
+    "topk_softmax": ("topk_softmax(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor "
+                     "gating_output, bool renormalize, float moe_softcapping=0.0, Tensor? "
+                     "correction_bias=None) -> ()", cpu_moe_kernels.topk_softmax, None),
     "fast_hadamard_transform": ("fast_hadamard_transform(Tensor x, float scale) -> Tensor",
                                 cpu_kernels.hadamard, lambda x, scale: torch.empty_like(x)),
 }  # fmt: skip
-"""The sgl_kernel ops GLM-5's forward calls: schema (as sgl_kernel's Python wrapper calls the
-op), CPU kernel, and a fake where the op returns tensors (in-place ops need none)."""
+"""The sgl_kernel ops the models' forwards call: schema (as sgl_kernel's Python wrapper calls the
+op; later arguments a release added have their defaults, so every release's call fits), CPU
+kernel, and a fake where the op returns tensors (in-place ops need none)."""
 
 
 LIBRARIES: dict[str, torch.library.Library] = {}

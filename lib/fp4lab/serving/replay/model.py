@@ -1,7 +1,7 @@
-"""Inside one SGLang environment: the release's own GLM-5 model, built on a CPU.
+"""Inside one SGLang environment: the release's own model of a tiny checkpoint, built on a CPU.
 
-A tiny local checkpoint folder (``CONFIG``: 2 layers, the first dense, the second MoE with 8
-routed experts and a shared one, hidden 256, DSA indexer fields) with an NVFP4 ModelOpt
+The tiny checkpoint folder (``models.shrink``: e.g. GLM-5's 2 layers, the first dense, the second
+MoE with 8 routed experts and a shared one, hidden 256, DSA indexer fields) with its FP4
 quantization config goes through the release's own path: ``ServerArgs`` (its ``__post_init__``
 picks the attention, MoE and FP4 GEMM backends for the simulated GPU), ``ModelConfig``,
 distributed set-up on a one-process gloo group, the MoE / FP8 / FP4 GEMM configuration, and
@@ -17,7 +17,6 @@ from __future__ import annotations
 import collections
 import contextlib
 import importlib
-import json
 import sys
 import time
 import types
@@ -35,54 +34,33 @@ from fp4lab.serving.replay import (
     inside,
     kernels,
     layout,
+    models,
     quantize,
     ranks,
     reworked,
     setup_standins,
 )  # fmt: skip
 
-CONFIG = {
-    "architectures": [glm5.ARCHITECTURE], "model_type": "deepseek_v3", "torch_dtype": "bfloat16",
-    "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512, "moe_intermediate_size": 256,
-    "num_hidden_layers": 2, "first_k_dense_replace": 1, "moe_layer_freq": 1,
-    "num_attention_heads": 4, "num_key_value_heads": 4, "q_lora_rank": 128, "kv_lora_rank": 64,
-    "qk_nope_head_dim": 32, "qk_rope_head_dim": 64, "v_head_dim": 32,
-    "n_routed_experts": 8, "n_shared_experts": 1, "num_experts_per_tok": 2, "n_group": 1,
-    "topk_group": 1, "routed_scaling_factor": 2.5, "norm_topk_prob": True,
-    "scoring_func": "sigmoid", "topk_method": "noaux_tc",
-    "index_topk": 64, "index_head_dim": 128, "index_n_heads": 4,
-    "hidden_act": "silu", "max_position_embeddings": 4096, "rope_theta": 10000.0,
-    "rms_norm_eps": 1e-5, "tie_word_embeddings": False,
-    "quantization_config": {"quant_method": "modelopt", "quant_algo": "NVFP4", "group_size": 16,
-                            "ignore": ["lm_head", "*kv_b_proj"]},
-}  # fmt: skip
-"""GLM-5's architecture scaled down. ``model_type`` is ``deepseek_v3``: the releases' pinned
-transformers has no ``glm_moe_dsa`` config class, and GLM-5's config fields are DeepSeek-V3's
-plus the DSA indexer's. Every linear layer is NVFP4 except ``lm_head`` and ``kv_b_proj``: the
-releases' DeepSeek weight post-processing (``post_load_weights``) derives the absorbed MLA
-weights from ``kv_b_proj`` and takes no NVFP4 there."""
-
-ARCHITECTURES = (glm5.ARCHITECTURE, "DeepseekV32ForCausalLM")
-"""The class built: GLM-5's where the release has it, else DeepSeek-V3.2's, the DSA architecture
-GLM-5 builds on (``GlmMoeDsaForCausalLM`` subclasses ``DeepseekV2ForCausalLM`` with the same
-DSA fields); the records say which."""
+FALLBACKS = {glm5.ARCHITECTURE: ("DeepseekV32ForCausalLM",)}
+"""The class built where a release lacks the config's own: GLM-5's falls back to DeepSeek-V3.2's,
+the DSA architecture GLM-5 builds on (``GlmMoeDsaForCausalLM`` subclasses
+``DeepseekV2ForCausalLM`` with the same DSA fields); the records say which."""
 
 TOKENS = 16
 """Prefill tokens of the runner's largest warm-up (``--piecewise-cuda-graph-max-tokens``);
 at most ``index_topk``, so the stand-in dense attention equals DSA's sparse attention."""
 
-SERVER_ARGS = {"quantization": "modelopt_fp4", "load_format": "dummy", "device": "cuda",
-               "skip_tokenizer_init": True, "piecewise_cuda_graph_max_tokens": TOKENS,
-               reworked.TOKENS_FIELD: TOKENS}  # fmt: skip
-"""What every replay passes (the model's own quantization, the dummy loader, the token cap as
-the release spells it);
-the piecewise options are those a GLM-5 user passes to this release (``facts.glm5_server_flags``).
-Those the release's ``ServerArgs`` lacks are left out and listed."""
+SERVER_ARGS = {"load_format": "dummy", "device": "cuda", "skip_tokenizer_init": True,
+               "piecewise_cuda_graph_max_tokens": TOKENS, reworked.TOKENS_FIELD: TOKENS}  # fmt: skip
+"""What every replay passes besides the model's own quantization (``models.QUANTIZATIONS``): the
+dummy loader and the token cap as the release spells it; the piecewise options are those the
+model's user passes to this release (``facts.server_flags``). Those the release's
+``ServerArgs`` lacks are left out and listed."""
 
 
 @dataclass
 class Built:
-    """The release's GLM-5 and everything around it that the piecewise runner needs."""
+    """The release's model and everything around it that the piecewise runner needs."""
 
     model: Any
     server_args: Any
@@ -94,24 +72,21 @@ class Built:
     seconds: float = 0.0
 
 
-def write_checkpoint(folder: Path, architecture: str) -> Path:
-    """The tiny checkpoint folder (config.json only: the dummy loader makes the weights)."""
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "config.json").write_text(
-        json.dumps({**CONFIG, "architectures": [architecture]}, indent=1)
-    )
-    return folder
-
-
 class ModelAbsent(LookupError):
-    """The release's source defines none of ARCHITECTURES: GLM-5 cannot be served by it."""
+    """The release's source defines none of the model's classes: it cannot serve the model."""
 
 
-def _architecture(found: layout.Layout) -> str:
-    """The first of ARCHITECTURES the release's source defines (its registry is asked by the
+def architectures(config: dict) -> tuple[str, ...]:
+    """The config's architecture and the classes it falls back to (``FALLBACKS``)."""
+    first = config["architectures"][0]
+    return (first, *FALLBACKS.get(first, ()))
+
+
+def _architecture(found: layout.Layout, asked: tuple[str, ...]) -> str:
+    """The first of ``asked`` the release's source defines (its registry is asked by the
     release's own loader, once the parallel groups its model modules need at import exist)."""
     if not found.model_classes:
-        raise ModelAbsent(f"the release's model files define none of {', '.join(ARCHITECTURES)}")
+        raise ModelAbsent(f"the release's model files define none of {', '.join(asked)}")
     return found.model_classes[0]
 
 
@@ -121,14 +96,15 @@ their binding is replaced too)."""
 
 
 def _server_args(
-    checkpoint: Path, sm: tuple[int, int], rework: bool
+    checkpoint: Path, sm: tuple[int, int], rework: bool, quantization: str, architecture: str
 ) -> tuple[Any, list[dict], dict]:
     """The release's ``ServerArgs`` for the simulated GPU, resolved by the release itself: its
     ``__post_init__``, or in a reworked release its resolution pipeline as ``publish`` runs it."""
     from sglang.srt import server_args as module
 
     fields = reworked.fields(module.ServerArgs)
-    wanted = {**SERVER_ARGS, **facts.glm5_server_flags()}
+    passed = {**SERVER_ARGS, "quantization": quantization}
+    wanted = {**passed, **facts.server_flags(architecture)}
     given = {k: v for k, v in wanted.items() if k in fields}
     memory = setup_standins.gpu_memory_mib(sm)
     listed = [kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
@@ -157,7 +133,7 @@ def _server_args(
             "disable_shared_experts_fusion", "piecewise_cuda_graph_tokens",
             "piecewise_cuda_graph_compiler", "enable_piecewise_cuda_graph")}  # fmt: skip
     chosen["options_not_in_release"] = sorted(set(wanted) - fields)
-    chosen["glm5_flags"] = {k: v for k, v in given.items() if k not in SERVER_ARGS}
+    chosen["user_flags"] = {k: v for k, v in given.items() if k not in passed}
     return args, listed, chosen
 
 
@@ -208,20 +184,25 @@ def host(built: Built) -> Any:
 
 
 def build(sm: tuple[int, int], checkpoint: Path) -> Built:
-    """The release's GLM-5 for a GPU of ``sm``, with its runner host; see the module docstring."""
+    """The release's model of the tiny ``checkpoint`` folder for a GPU of ``sm``, with its runner
+    host; see the module docstring."""
     started = time.perf_counter()
     standins = setup_standins.libcudart()
-    found = layout.probe(ARCHITECTURES)
+    given = models.read(checkpoint)
+    asked = architectures(given.config)
+    quantization = models.QUANTIZATIONS[given.quantization]
+    found = layout.probe(asked)
     rework = found.reworked
     with inside.simulated_gpu(sm) as patched, inside.absent_kernel_fakes_skipped():
         standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
         standins += reworked.deep_gemm_standin(132) if rework else []
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()
-        architecture = _architecture(found)
-        server_args, listed, backends = _server_args(
-            write_checkpoint(checkpoint, architecture), sm, rework
-        )
+        architecture = _architecture(found, asked)
+        if architecture != asked[0]:  # the release's class this config falls back to
+            config = {**given.config, "architectures": [architecture]}
+            models.write_tiny(config, given.hf_quant_config, checkpoint)
+        server_args, listed, backends = _server_args(checkpoint, sm, rework, quantization, asked[0])
         standins += listed
         with setup_standins.building(sm) as listed:
             from sglang.srt.configs.device_config import DeviceConfig
@@ -250,7 +231,7 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
         kernels.sglang_op_kernels() + kernels.aten_cpu_kernels() + kernels.eager_only_kernels()
     )
     standins += [*kernels.replaced_kernels(), attention.ATTENTION, attention.KV_POOL]
-    facts = {**_facts(model), "architecture": architecture, "layout": found.as_record(),
+    facts = {**_facts(model), "architecture": architecture, "quantization": quantization, "layout": found.as_record(),
              "loader": type(loader).__name__, "server_args": backends,
              "simulated_gpu": patched, "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip
     built = Built(model, server_args, model_config, reworked=rework, standins=standins, facts=facts)

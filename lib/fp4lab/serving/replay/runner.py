@@ -32,7 +32,15 @@ import torch
 
 from fp4lab.compile import fix, target, trace
 from fp4lab.compile.audit import simulation
-from fp4lab.serving.replay import backend_graphs, inside, kernels, model, reworked, setup_standins
+from fp4lab.serving.replay import (
+    backend_graphs,
+    inside,
+    kernels,
+    model,
+    models,
+    reworked,
+    setup_standins,
+)
 
 RUNNER = "sglang.srt.model_executor.piecewise_cuda_graph_runner"
 LOGGER = "sglang.srt.model_executor.model_runner"
@@ -247,7 +255,8 @@ def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | No
     tokens = model.TOKENS
     generator = torch.Generator().manual_seed(0)
     input_ids, positions = (_static(runner, name, tokens) for name in ("input_ids", "positions"))
-    input_ids.copy_(torch.randint(0, model.CONFIG["vocab_size"], (tokens,), generator=generator))
+    vocab = models.TINY["vocab_size"]
+    input_ids.copy_(torch.randint(0, vocab, (tokens,), generator=generator))
     positions.copy_(torch.arange(tokens))
     warmup = getattr(runner, "warmup_torch_compile", None) or getattr(
         runner, "warmup_compile", None

@@ -3,7 +3,8 @@ its source scanned, its own GLM-5 replayed on each SM inside it, records, verdic
 for one release x SM written where a user can apply it.
 
     python -m fp4lab.serving.replay run [--versions all|0.5.9,0.5.21] [--sms 9.0,10.0,12.0]
-    python -m fp4lab.serving.replay --sglang 0.5.9 --sm 12.0 --write-patch DIR
+    python -m fp4lab.serving.replay --sglang 0.5.9 --sm 12.0 --write-patch DIR [--config PATH]
+    python -m fp4lab.serving.replay check --config PATH --sglang 0.5.21 --sm 12.0  (``check``)
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from pathlib import Path
 
 from fp4lab.core import evidence, params, paths, records, venvs
 from fp4lab.serving import standins
-from fp4lab.serving.replay import decide, env, patch, scan, timeline, versions
+from fp4lab.serving.replay import decide, env, models, patch, scan, timeline, versions
 
 CHILD_TIMEOUT_S = 600
 CUDA_HOME_CASES = ("unset", "/usr/local/cuda")
@@ -34,13 +35,24 @@ class VersionRun:
     replays: dict[str, dict] = field(default_factory=dict)
 
 
-def child(version: str, sm: str, cuda_home: list[str], story: bool) -> venvs.Child:
-    """``python -m fp4lab.serving.replay.child OUT replay SM CUDA_HOMES STORY`` in the release's
-    environment."""
+GLM5 = "glm-5-nvfp4"
+"""The story's model in the built-in set (``models.named``)."""
+
+LOGS = "sglang-compile/logs"
+"""The children's logs and tiny checkpoints, under the build folder."""
+
+
+def child(version: str, sm: str, cuda_home: list[str], story: bool,
+          model: models.Model | None = None, env_vars: tuple[tuple[str, str], ...] = ()) -> venvs.Child:  # fmt: skip
+    """``python -m fp4lab.serving.replay.child OUT replay SM CUDA_HOMES STORY CHECKPOINT`` in the
+    release's environment, with ``model``'s tiny checkpoint (GLM-5's by default) written for it."""
+    model = model or models.named(GLM5)
+    stem = f"{version}-sm{sm}" if model.name == GLM5 else f"{model.name}-{version}-sm{sm}"
+    checkpoint = models.write_tiny(*model.tiny()[:2], paths.build_dir() / LOGS / f"{stem}-model")
     python = env.env_dir(version) / "venv" / "bin" / "python"
     return venvs.Child(python, "fp4lab.serving.replay.child",
-                       ("replay", sm, ",".join(cuda_home), "story" if story else "-"),
-                       f"{version}-sm{sm}", f"the GLM-5 replay of SGLang {version} on SM{sm}")  # fmt: skip
+                       ("replay", sm, ",".join(cuda_home), "story" if story else "-", str(checkpoint)),
+                       stem, f"the {model.name} replay of SGLang {version} on SM{sm}", env_vars)  # fmt: skip
 
 
 SCANNED = "fp4lab-scan.json"
@@ -82,8 +94,7 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
             f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
         progress(f"  {one.label}: {what}")
 
-    found = venvs.run_children(prepared(), paths.build_dir() / "sglang-compile" / "logs",
-                               CHILD_TIMEOUT_S, shown)  # fmt: skip
+    found = venvs.run_children(prepared(), paths.build_dir() / LOGS, CHILD_TIMEOUT_S, shown)
     for (run, sm), replay in zip(jobs, found, strict=True):
         run.replays[sm] = replay
     return runs
@@ -183,31 +194,32 @@ def verdict(rows: list[dict]) -> str:
     return "\n".join(lines) or "no release could be measured"
 
 
-def check_patch_folder(folder: str) -> Path:
-    """The folder the patch is written to: absent or a folder, never a file."""
+def check_patch_folder(folder: str, option: str = "--write-patch") -> Path:
+    """A folder fp4lab writes into: absent or a folder, never a file."""
     path = Path(folder)
     if path.exists() and not path.is_dir():
-        raise ValueError(f"--write-patch={folder!r} is a file; allowed values: a folder path")
+        raise ValueError(f"{option}={folder!r} is a file; allowed values: a folder path")
     return path
 
 
-def write_patch(
-    version: str, sm: str, folder: Path, progress: Callable[[str], object] = print
-) -> int:
-    """Replay the release's GLM-5 on ``sm`` and write the patch its blockers need into
-    ``folder``; 0 when written or none is needed, 1 when a blocker has no patch part."""
+def write_patch(version: str, sm: str, folder: Path, progress: Callable[[str], object] = print,
+                model: models.Model | None = None) -> int:  # fmt: skip
+    """Replay the release's model (GLM-5 unless given) on ``sm`` and write the patch its blockers
+    need into ``folder``; 0 when written or none is needed, 1 when a blocker has no patch part."""
+    model = model or models.named(GLM5)
     built = env.ensure_env(version)
     if not built.ok:
         progress(f"error: sglang=={version}: {built.error}")
         return 1
-    [found] = venvs.run_children([child(version, sm, list(CUDA_HOME_CASES), False)],
-                                 paths.build_dir() / "sglang-compile" / "logs", CHILD_TIMEOUT_S)  # fmt: skip
+    [found] = venvs.run_children([child(version, sm, list(CUDA_HOME_CASES), False, model)],
+                                 paths.build_dir() / LOGS, CHILD_TIMEOUT_S)  # fmt: skip
     fixed = found.get("fix", {})
     if not fixed:
         progress(f"error: {found.get('error') or found.get('build_error')}")
         return 1
     if not fixed["parts"]:
-        progress(f"SGLang {version} on SM{sm}: GLM-5 compiles as released; no patch is needed")
+        progress(f"SGLang {version} on SM{sm}: {model.name} compiles as released; no patch is "
+                 f"needed")  # fmt: skip
         return 0
     for path in patch.write(folder, version, sm, fixed["plugin"]):
         progress(f"wrote {path}")
@@ -216,7 +228,7 @@ def write_patch(
         progress(f"the patch removes {', '.join(fixed['parts'])}; still blocked at "
                  f"{last['blocker_frame']}: {last['message']}")  # fmt: skip
         return 1
-    progress(f"with it GLM-5 compiles ({fixed['pieces']} pieces) and "
+    progress(f"with it {model.name} compiles ({fixed['pieces']} pieces) and "
              f"{'equals' if fixed['equals_eager'] else 'does NOT equal'} eager (a CPU replay)")  # fmt: skip
     return 0
 
@@ -238,17 +250,20 @@ def main(argv: list[str] | None = None) -> int:
         print(verdict(measure_and_record(rec)))
         return 0
     parser = argparse.ArgumentParser(prog="python -m fp4lab.serving.replay",
-                                     description="write the patch GLM-5 needs for one release x SM "
-                                     "(or: run --versions ... --sms ...)")  # fmt: skip
+                                     description="write the patch a model (GLM-5 unless --config) "
+                                     "needs for one release x SM (or: run --versions ... --sms "
+                                     "...; check --config ...)")  # fmt: skip
     parser.add_argument("--sglang", required=True, help=f"one of {', '.join(versions.VERSIONS)}")
     parser.add_argument("--sm", required=True, help=f"one of {', '.join(versions.SMS)}")
     parser.add_argument("--write-patch", required=True, metavar="DIR")
+    parser.add_argument("--config", help="a config.json or its folder (default: GLM-5's)")
     args = parser.parse_args(argv)
     try:
         params.choice("--sglang", args.sglang, versions.VERSIONS)
         params.choice("--sm", args.sm, tuple(versions.SMS))
         folder = check_patch_folder(args.write_patch)
+        model = models.read(args.config) if args.config else None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return write_patch(args.sglang, args.sm, folder)
+    return write_patch(args.sglang, args.sm, folder, model=model)

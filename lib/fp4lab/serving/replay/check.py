@@ -1,0 +1,94 @@
+"""Any FP4 model before launch: its config through one release's piecewise runner on one SM.
+
+    python -m fp4lab.serving.replay check --config PATH --sglang 0.5.21 --sm 12.0 [--trace-dir DIR]
+
+The config (``config.json`` or its folder, with ``hf_quant_config.json`` where the checkpoint has
+one) is read and checked before anything is built (``models.read``); the release's own model
+class is built from its tiny form and replayed (``study.child``); the answer says the outcome, the
+blocker frames with dynamo's graph-break code, the flag a user passes and whether fp4lab's patch
+fixes it. ``--trace-dir`` keeps dynamo's structured trace (TORCH_TRACE) for tlparse.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+
+from fp4lab.core import params, paths, venvs
+from fp4lab.serving.replay import decide, env, models, study, versions
+
+
+def blocker_lines(replay: dict) -> list[str]:
+    """One line per trace blocker the patch walk met: its frame, dynamo's graph-break code and
+    the first line of dynamo's message."""
+    lines = []
+    for step in replay.get("fix", {}).get("steps", []):
+        if step.get("status") != "unsupported":
+            continue
+        code = f" [{step['graph_break']}]" if step.get("graph_break") else ""
+        lines.append(f"  blocker at {step.get('blocker_frame')}{code}: {step.get('message')}")
+    return lines
+
+
+def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[dict, list[str]]:
+    """The decision row of this model x release x SM and the lines that say it."""
+    row = decide.cell(version, sm, replay)
+    lines = [
+        f"{model.name} ({model.architecture}, {model.quantization.upper()}) in SGLang {version} "
+        f"on SM{sm} (simulated on a CPU): {row['outcome'].upper()}",
+        f"  note: {row['note']}",
+    ]
+    if row["outcome"] == "not measured":  # fp4lab's harness failed: nothing more is known
+        return row, lines
+    lines[1:1] = [
+        f"  how: {', '.join(row['evidence']) or 'nothing traced'}; built: {row['model_class']}",
+        f"  flag: {row['flag']} ({row['flag_why']})",
+        *blocker_lines(replay),
+    ]
+    if row["patch"]:
+        fixed = "fixes it" if row["compiles_with_patch"] else "does not fix it"
+        lines.append(f"  fp4lab's patch ({', '.join(row['patch'])}) {fixed}; write it with "
+                     f"--write-patch DIR")  # fmt: skip
+    stood = sorted({s.get("name", "?") for s in replay.get("standins", [])})
+    lines.append(f"  stand-ins ({len(stood)}): {', '.join(stood)}")
+    return row, lines
+
+
+def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
+          progress: Callable[[str], object] = print) -> int:  # fmt: skip
+    """Replay ``model`` on one release and SM and print the answer; 0 when measured."""
+    built = env.ensure_env(version)
+    if not built.ok:
+        progress(f"error: sglang=={version}: {built.error}")
+        return 1
+    extra = (("TORCH_TRACE", str(trace_dir.resolve())),) if trace_dir else ()
+    one = study.child(version, sm, ["unset"], False, model, extra)
+    [found] = venvs.run_children([one], paths.build_dir() / study.LOGS, study.CHILD_TIMEOUT_S)
+    row, lines = answer(model, version, sm, found)
+    for line in lines:
+        progress(line)
+    if trace_dir:
+        progress(f"  dynamo's structured trace: {trace_dir} (open it with tlparse)")
+    return 0 if row["outcome"] != "not measured" else 1
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(prog="python -m fp4lab.serving.replay check",
+                                     description="will SGLang's piecewise CUDA graphs compile "
+                                     "this FP4 model? (a CPU replay, no weights)")  # fmt: skip
+    parser.add_argument("--config", required=True, help="a config.json or its folder")
+    parser.add_argument("--sglang", required=True, help=f"one of {', '.join(versions.VERSIONS)}")
+    parser.add_argument("--sm", required=True, help=f"one of {', '.join(versions.SMS)}")
+    parser.add_argument("--trace-dir", metavar="DIR", help="keep dynamo's structured trace here")
+    args = parser.parse_args(argv)
+    try:
+        params.choice("--sglang", args.sglang, versions.VERSIONS)
+        params.choice("--sm", args.sm, tuple(versions.SMS))
+        model = models.read(args.config)
+        trace = study.check_patch_folder(args.trace_dir, "--trace-dir") if args.trace_dir else None
+    except ValueError as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        return 2
+    return check(model, args.sglang, args.sm, trace)

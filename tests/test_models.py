@@ -1,0 +1,135 @@
+"""Any FP4 model: a config is read, checked and shrunk before anything is built, and one model
+besides GLM-5 is replayed through a real release's piecewise runner by the ``check`` command.
+
+Bad configs (no file, unreadable JSON, an unknown architecture, no FP4 quantization) get a named
+error and exit 2 before any environment or checkpoint is made. The built-in set keeps each
+architecture's features when shrunk, and names its source and assumed fields.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from fp4lab.compile import frames
+from fp4lab.core import paths
+from fp4lab.serving.replay import decide, models, study
+
+
+def _check(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "fp4lab.serving.replay", "check", *args],
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def test_the_built_in_set_has_five_architectures_with_sources():
+    names = models.built_in()
+    found = {models.named(n).architecture for n in names}
+    assert {"GlmMoeDsaForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM",
+            "LlamaForCausalLM", "GptOssForCausalLM"} <= found  # fmt: skip
+    for name in names:
+        model = models.named(name)
+        assert model.source["published"].split()[0].startswith("https://"), name
+        assert isinstance(model.source["assumed"], list), name
+    assert models.named("gpt-oss-120b-mxfp4").quantization == "mxfp4"
+    assert models.named("qwen3-235b-a22b-nvfp4").excluded == ("lm_head", "model.layers.*.mlp.gate")
+
+
+def test_the_shrink_keeps_each_architectures_features():
+    glm, _, notes = models.named("glm-5-nvfp4").tiny()
+    assert (glm["num_hidden_layers"], glm["first_k_dense_replace"]) == (2, 1), "dense prefix kept"
+    assert glm["index_topk"] > 16 and glm["kv_lora_rank"] == 64 and glm["n_shared_experts"] == 1
+    assert (
+        glm["model_type"] == "deepseek_v3" and "*kv_b_proj" in glm["quantization_config"]["ignore"]
+    )
+    assert any("glm_moe_dsa" in n for n in notes)
+    oss, _, _ = models.named("gpt-oss-120b-mxfp4").tiny()
+    assert oss["layer_types"] == ["sliding_attention", "full_attention"]
+    assert oss["sliding_window"] == 128 and oss["num_local_experts"] == 8
+    deepseek, quant, notes = models.named("deepseek-r1-nvfp4").tiny()
+    assert (deepseek["n_group"], deepseek["topk_group"]) == (2, 1)
+    assert quant["quantization"]["exclude_modules"] == ["lm_head", "model.layers.*.self_attn*"]
+    assert not any("kv_b_proj" in n for n in notes), "its exclusions already cover kv_b_proj"
+    qwen, _, _ = models.named("qwen3-235b-a22b-nvfp4").tiny()
+    llama, _, _ = models.named("llama-3.3-70b-nvfp4").tiny()
+    assert qwen["num_key_value_heads"] == llama["num_key_value_heads"] == 2, "GQA kept"
+    assert glm["num_key_value_heads"] == glm["num_attention_heads"] == 4, "MHA kept"
+
+
+@pytest.mark.parametrize(
+    ("content", "said"),
+    [(None, "no such file"), ("{not json", "not valid JSON"), ("[1, 2]", "not a JSON object"),
+     ({"architectures": ["BertModel"]}, "architectures=['BertModel']; allowed: "),
+     ({"architectures": ["LlamaForCausalLM"]}, "has no FP4 quantization"),
+     ({"architectures": ["LlamaForCausalLM"], "quantization_config": {"quant_method": "fp8"}},
+      "quant_method=fp8")],
+)  # fmt: skip
+def test_a_bad_config_is_refused_by_name_before_anything_is_built(tmp_path, content, said):
+    config = tmp_path / "config.json"
+    if content is not None:
+        config.write_text(content if isinstance(content, str) else json.dumps(content))
+    done = _check("--config", str(config), "--sglang", "0.5.9", "--sm", "12.0", timeout=60)
+    assert done.returncode == 2 and said in done.stderr, done.stderr
+    assert "--config" in done.stderr and "Traceback" not in done.stderr
+    assert "[env]" not in done.stdout, "no environment was built or checked"
+
+
+def test_a_bad_release_or_sm_is_refused_by_name():
+    done = _check("--config", "models/llama-3.3-70b-nvfp4", "--sglang", "0.4.0", "--sm", "12.0",
+                  timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "--sglang" in done.stderr and "0.5.9" in done.stderr
+    done = _check("--config", "models/llama-3.3-70b-nvfp4", "--sglang", "0.5.9", "--sm", "8.0",
+                  timeout=60)  # fmt: skip
+    assert done.returncode == 2 and "--sm" in done.stderr and "12.0" in done.stderr
+
+
+def test_dynamos_graph_break_code_comes_from_torchs_own_registry():
+    assert frames.graph_break_code("Observed exception") == "GB0088"
+    assert frames.graph_break_code("Attempted to call function marked as skipped") == "GB0007"
+    assert frames.graph_break_code("a message dynamo never gives") is None
+
+
+def test_a_stop_where_eager_also_fails_at_a_missing_kernel_is_not_blamed_on_the_compiler():
+    """Both ways on one replay: the same trace stop is a blocker when the release's code runs
+    eagerly, and "not measured" when eager fails at a kernel the replay does not stand in for."""
+    stop = {"status": "unsupported", "signature": "other",
+            "blocker_frame": "sglang/srt/layers/moe/topk.py:310:forward_cuda",
+            "message": "Observed exception", "frames": []}  # fmt: skip
+    enable = {"options": ["--enable-piecewise-cuda-graph"], "help": "Optimize the model"}
+    replay = {"piecewise_options": [enable], "chain": [stop],
+              "fix": {"steps": [stop], "parts": [], "compiles": False}}  # fmt: skip
+    ran = decide.cell("0.5.9", "12.0", {**replay, "eager_release": {"status": "compiled"}})
+    assert ran["outcome"] == "blocked" and ran["blocked_at"].startswith("sglang/srt/layers/moe")
+    missing = {"status": "runtime_error", "message": "no attribute 'topk_softmax'",
+               "frames": ["sgl_kernel/moe.py:47:topk_softmax", "torch/_ops.py:1392:__getattr__"]}  # fmt: skip
+    gap = decide.cell("0.5.9", "12.0", {**replay, "eager_release": missing})
+    assert gap["outcome"] == "not measured" and "topk_softmax" in gap["note"]
+    assert gap["harness_frame"] == "sgl_kernel/moe.py:47:topk_softmax: no attribute 'topk_softmax'"
+
+
+@pytest.mark.environments
+def test_qwen3_moe_nvfp4_is_replayed_through_a_real_releases_runner(tmp_path):
+    """FlashInfer issue #2999's model, from its config alone, on SGLang 0.5.9 for SM12.0: the
+    release's own Qwen3MoeForCausalLM meets FlashInfer's FP4 quantize JIT, and fp4lab's patch
+    lets it compile and equal eager; dynamo's structured trace is kept."""
+    trace = tmp_path / "trace"
+    done = _check("--config", "models/qwen3-235b-a22b-nvfp4/config.json", "--sglang", "0.5.9",
+                  "--sm", "12.0", "--trace-dir", str(trace))  # fmt: skip
+    said = done.stdout
+    assert done.returncode == 0, said + done.stderr
+    assert (
+        "(Qwen3MoeForCausalLM, NVFP4) in SGLang 0.5.9 on SM12.0 (simulated on a CPU): BLOCKED"
+        in said
+    )
+    assert "built: sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM" in said
+    assert "blocker at flashinfer/jit/cpp_ext.py:" in said and "[GB0007]" in said
+    assert "fp4lab's patch (fp4_quantize_op) fixes it" in said and "equals eager" in said
+    assert "attention_backend" in said and "topk_softmax" not in said.split("stand-ins")[0]
+    assert list(trace.glob("*.log")), "TORCH_TRACE wrote dynamo's structured trace"
+    tiny = json.loads((paths.build_dir() / study.LOGS / "qwen3-235b-a22b-nvfp4-0.5.9-sm12.0-model"
+                       / "config.json").read_text())  # fmt: skip
+    assert (tiny["num_experts"], tiny["hidden_size"]) == (8, 256)
+    assert Path(trace).is_dir()
