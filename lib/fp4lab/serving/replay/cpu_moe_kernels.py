@@ -66,6 +66,24 @@ def topk_softmax(weights, ids, gating, renormalize, softcapping=0.0, bias=None) 
     ids.copy_(chosen)
 
 
+def fused_topk_deepseek(scores, bias, n_group, topk_group, topk, scaling, values, indices,
+                        launch_with_pdl=True) -> None:  # fmt: skip
+    """FlashInfer's DeepSeek-V3 routing by its definition (its docstring's five steps): sigmoid
+    scores plus bias, each group scored by its top two, the best ``topk_group`` groups kept, the
+    top-k experts of those by biased score, their sigmoid scores normalized and scaled."""
+    sig = scores.float().sigmoid()
+    biased = sig + bias.float()
+    rows, experts = biased.shape
+    grouped = biased.view(rows, n_group, experts // n_group)
+    best = grouped.topk(2, -1)[0].sum(-1).topk(topk_group, -1)[1]
+    keep = torch.zeros(rows, n_group, dtype=torch.bool).scatter_(1, best, True)
+    masked = grouped.masked_fill(~keep[..., None], float("-inf")).view(rows, experts)
+    chosen = masked.topk(topk, -1)[1]
+    picked = sig.gather(-1, chosen)
+    values.copy_(picked / picked.sum(-1, keepdim=True) * scaling)
+    indices.copy_(chosen)
+
+
 def moe_fused_gate_fake(x, bias, groups, topk_group, topk, shared, scaling, on_output):
     rows = x.shape[0]
     return [x.new_empty((rows, topk), dtype=torch.float32),

@@ -176,6 +176,12 @@ EAGER_ONLY = (
      "FlashInfer's JIT layernorm (the DSA indexer's k_norm): torch layer_norm"),
     ("sglang.jit_kernel.hadamard", "hadamard_transform", cpu_kernels.hadamard,
      "SGLang's JIT Hadamard transform (DSA indexer): matmul with the Hadamard matrix"),
+    ("sglang.srt.layers.moe.topk", "fused_topk_deepseek", cpu_moe_kernels.fused_topk_deepseek,
+     "FlashInfer's JIT DeepSeek-V3 grouped routing as 0.5.9 binds it (0.5.10 on: SGLang's op "
+     "around it): the routing by its definition"),
+    ("sglang.srt.layers.moe.topk", "_fused_topk_deepseek", cpu_moe_kernels.fused_topk_deepseek,
+     "FlashInfer's JIT DeepSeek-V3 grouped routing inside SGLang's op (0.5.10 on): the routing "
+     "by its definition"),
     ("sglang.srt.layers.moe.cutlass_moe", "cutlass_moe_fp4", cpu_moe_kernels.cutlass_moe_fp4,
      "sgl_kernel's CUTLASS NVFP4 MoE (prepare_moe_input, grouped FP4 GEMMs): the MoE by its "
      "definition on fp4lab's reference quantize and the dequantize-matmul GEMM"),
@@ -189,7 +195,7 @@ EAGER_ONLY = (
      cpu_moe_kernels.cutlass_fused_moe_zero, "FlashInfer's CUTLASS NVFP4 fused MoE as 0.5.13+ binds it in "
      "modelopt_quant: the routed experts contribute zero (the MoE's numerics are not checked)"),
 )  # fmt: skip
-"""(module, name, CPU kernel, why): the kernels that run only eagerly in GLM-5's PCG forward."""
+"""(module, name, CPU kernel, why): the kernels that run only eagerly in a model's PCG forward."""
 
 
 BINDS_FLASHINFER_QUANTIZE = (

@@ -8,17 +8,6 @@ from __future__ import annotations
 from fp4lab.core import params
 
 VERSIONS = (
-    "0.5.3.post2", "0.5.9", "0.5.10", "0.5.11", "0.5.12", "0.5.21", "0.5.22", "0.5.23",
-)  # fmt: skip
-"""The first release with piecewise CUDA graphs (``piecewise_cuda_graph_runner.py``,
-``--enable-piecewise-cuda-graph``); the story's era (0.5.9) and the two releases after it;
-the first with SGLang's quantize wrapper ``torch.ops.sglang.flashinfer_fp4_quantize`` (0.5.12;
-absent in 0.5.11); the last whose parser still offers the torch.compile piecewise backend
-(``--cuda-graph-backend-prefill tc_piecewise``, 0.5.21); the first without it and the newest
-(``full|breakable|disabled`` only). Each was read from the released wheel; adding one is one
-line here."""
-
-VERSIONS = (
     "0.5.3.post2", "0.5.3.post3", "0.5.4", "0.5.5", "0.5.6", "0.5.7", "0.5.8", "0.5.9", "0.5.10",
     "0.5.11", "0.5.12", "0.5.13", "0.5.14", "0.5.15", "0.5.16", "0.5.17", "0.5.18", "0.5.19",
     "0.5.20", "0.5.21", "0.5.22", "0.5.23",
