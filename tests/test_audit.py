@@ -14,7 +14,19 @@ import torch
 
 from fp4lab.compile import target
 from fp4lab.compile.audit import __main__ as cli
-from fp4lab.compile.audit import backends, eager, inputs, run, simulation, study, surface, toolkit
+from fp4lab.compile.audit import (
+    backends,
+    child,
+    eager,
+    inputs,
+    moe_runners,
+    rules,
+    run,
+    simulation,
+    study,
+    surface,
+    toolkit,
+)
 from fp4lab.compile.trace import SIGNATURES
 
 HANDFUL = [
@@ -175,6 +187,66 @@ def test_the_surface_reaches_subpackages_wrapper_methods_and_registered_ops():
     assert [e.name for e in chosen] == ["mm_fp4"]
     assert [m["entry_point"] for m in missing] == ["no_such_fp4"]
     assert "'no_such_fp4' is not an FP4 entry point of flashinfer x" in missing[0]["reason"]
+    unspecified = []
+    for entry in found.values():
+        try:
+            child.call_for(entry, (12, 0))
+        except inputs.SpecError:
+            unspecified.append(entry.name)
+    if target.flashinfer.__version__ == "0.7.4":
+        assert len(unspecified) <= len(found) // 4, ("at most a quarter unspecified", unspecified)
+        assert not [n for n in unspecified if n.endswith("Runner.forward")], "runners are built"
+
+
+SGLANG_NVFP4_MOE = [
+    "cutlass_fused_moe",
+    "trtllm_fp4_block_scale_moe",
+    "trtllm_fp4_block_scale_routed_moe",
+    "fused_moe.TrtllmFp4RoutedRunner.forward",
+]
+"""The FlashInfer MoE entry points SGLang's NVFP4 MoE backends call (its layers/moe/moe_runner
+flashinfer_cutlass and flashinfer_trtllm, 0.5.3 on), and the unified runner of the same kernel."""
+
+
+def test_every_moe_runner_sglang_uses_for_nvfp4_gets_an_eager_checked_verdict():
+    found = {e.name: e for e in surface.discover(target.flashinfer)}
+    for name in SGLANG_NVFP4_MOE:
+        row = child.audit_entry(found[name], (12, 0))
+        assert row["status"] == "audited" and row["verdict"] in run.VERDICTS, (name, row)
+        assert row["eager"] is not None, name
+        if row["verdict"] in run.MUST_WRAP:
+            assert row["eager"]["outcome"] in ("kernel", "completed", "needs_values"), (name, row)
+    runner = found["fused_moe.TrtllmFp4RoutedRunner.forward"].owner
+    assert moe_runners.is_runner(runner) and moe_runners.backend_config(runner).__name__ == (
+        "TrtllmFp4Config"
+    ), "the backend config FlashInfer's MoELayer maps to the runner"
+
+
+def test_a_docstring_gives_shapes_and_a_scalar_annotation_a_neutral_value():
+    def entry(a_packed, scales, other, mystery):
+        """Parameters
+        ----------
+        a_packed : torch.Tensor
+            ``uint8`` ``[num_tokens, hidden / 2]`` packed values.
+        scales, other
+            ``float32`` ``(num_experts, 16)``.
+        mystery : torch.Tensor
+            ``bfloat16`` ``[rows, 7]`` with any ``rows``.
+        """
+
+    assert rules.from_doc(entry, "a_packed") == "u8[M,K/2]"
+    assert rules.from_doc(entry, "other") == "f32[E,16]"
+    assert rules.from_doc(entry, "mystery") is None, "an unknown dimension word is not guessed"
+    assert [rules.from_annotation(a) for a in ("float", "Union[float, torch.Tensor]", "bool",
+                                               "int", "str")] == ["1.0", "1.0", "False", None,
+                                                                  None]  # fmt: skip
+    assert inputs.for_signature(entry, "entry", "other", {"mystery": "1"}, notes := [])[1] == {
+        "a_packed": "u8[M,K/2]",
+        "scales": "f32[E,16]",
+        "other": "f32[E,16]",
+        "mystery": "1",
+    }
+    assert notes and all("from the docstring" in n for n in notes)
 
 
 def test_a_backend_is_one_flashinfer_declares_for_the_sm():

@@ -6,9 +6,9 @@ An input spec is a list of values written as text, ``name=`` for keywords::
 
 ``dtype[dims]`` is a tensor (dtypes: see DTYPES; dims are integers or SIZES symbols with
 ``+ - * /``), ``dtype:bf16`` a dtype, a SIZES symbol an int, anything else a Python literal.
-``for_signature`` builds a FlashInfer entry point's inputs from its required parameters and
-``parameters.PARAMETERS`` (a table of parameter names); a required
-parameter the table does not know makes the entry point "no input spec", with its name.
+``for_signature`` builds a FlashInfer entry point's inputs from its required parameters,
+``parameters.PARAMETERS`` (a table of parameter names) and ``rules`` (docstrings, annotations); a
+required parameter none of them gives makes the entry point "no input spec", with its name.
 """
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ from typing import Any
 
 import torch
 
-from fp4lab.compile.audit import backends
+from fp4lab.compile.audit import backends, rules
 from fp4lab.compile.audit.parameters import PARAMETERS, SIZES_FOR
 
 DTYPES = {
@@ -108,6 +108,8 @@ def value(text: str) -> Any:
         )
     if text.startswith("dtype:") and text[6:] in DTYPES:
         return DTYPES[text[6:]]
+    if text == "device:cuda":
+        return torch.device("cuda")
     if re.fullmatch(r"[A-Z][A-Z0-9]*([ +\-*/]+([A-Z][A-Z0-9]*|\d+))*", text):
         return _dim(text)
     try:
@@ -149,12 +151,23 @@ def bind(fn: Callable, args: list[str], kwargs: dict[str, str]) -> Callable[[], 
     return lambda: ([value(a) for a in args], {k: value(v) for k, v in kwargs.items()})
 
 
+def _readable(text: str) -> bool:
+    with contextlib.suppress(SpecError), torch._subclasses.fake_tensor.FakeTensorMode():
+        return value(text) is not None
+    return False
+
+
 def for_signature(
-    fn: Callable, entry: str, kind: str, overrides: dict[str, str] | None = None
+    fn: Callable,
+    entry: str,
+    kind: str,
+    overrides: dict[str, str] | None = None,
+    notes: list[str] | None = None,
 ) -> tuple[list[str], dict[str, str]]:
     """Keyword value texts for every required parameter of a FlashInfer entry point (none
     positional; ``self`` left out), and for each optional one the table names for this entry
-    (``entry.param``); SpecError naming the parameters the table does not know."""
+    (``entry.param``); a parameter the table lacks from its docstring or scalar annotation
+    (``rules``, said in ``notes``); SpecError naming the parameters none of these give."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError) as exc:
@@ -174,6 +187,12 @@ def for_signature(
         else:
             if "Optional" in _annotation(p) or "None" in _annotation(p):
                 kwargs[p.name] = "None"  # an optional input left out
+                continue
+            found, source = rules.spec_for(fn, p.name, _annotation(p))
+            if found and _readable(found):
+                kwargs[p.name] = found
+                if notes is not None:
+                    notes.append(f"{p.name}={found} from the {source}")
             else:
                 unknown.append(f"{p.name}: {_annotation(p)}")
     if unknown:
@@ -228,18 +247,20 @@ def _sized(entry: str, build: Callable[[], tuple]) -> Callable[[], tuple]:
 def for_function(fn: Callable, entry: str, kind: str, sm: tuple[int, int]) -> Call:
     """The call of a public function: its inputs from the table, a backend valid on ``sm``."""
     backend, note = backends.backend_for(fn, entry, sm)
-    args, kwargs = for_signature(fn, entry, kind, {"backend": backend} if backend else None)
+    notes = [note] if note else []
+    args, kwargs = for_signature(fn, entry, kind, {"backend": backend} if backend else None, notes)
     with sized(entry):
         build = _sized(entry, bind(fn, args, kwargs))
-    return Call(fn, args, kwargs, build, [note] if note else [])
+    return Call(fn, args, kwargs, build, notes)
 
 
 def for_method(owner: type, method: str, entry: str, kind: str, sm: tuple[int, int]) -> Call:
     """The call of a wrapper's run method: the wrapper built from its constructor's inputs (table
     keys ``Class.param``), passed as ``self``, and the method's own inputs."""
     cls = entry.rsplit(".", 1)[0]
-    ctor_args, ctor = for_signature(owner.__init__, cls, kind)
-    args, kwargs = for_signature(getattr(owner, method), entry, kind)
+    notes: list[str] = []
+    ctor_args, ctor = for_signature(owner.__init__, cls, kind, notes=notes)
+    args, kwargs = for_signature(getattr(owner, method), entry, kind, notes=notes)
     with sized(entry):
         build_ctor = bind(owner, ctor_args, ctor)
         build_run = bind(lambda *a, **k: None, args, kwargs)
@@ -250,7 +271,7 @@ def for_method(owner: type, method: str, entry: str, kind: str, sm: tuple[int, i
         return [owner(*c_args, **c_kwargs), *r_args], r_kwargs
 
     note = f"{cls} built with {', '.join(f'{k}={v}' for k, v in ctor.items()) or 'no arguments'}"
-    return Call(getattr(owner, method), args, kwargs, _sized(entry, build), [note])
+    return Call(getattr(owner, method), args, kwargs, _sized(entry, build), [note, *notes])
 
 
 def for_schema(op: Any, entry: str, kind: str) -> Call:
