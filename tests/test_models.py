@@ -17,7 +17,7 @@ import pytest
 
 from fp4lab.compile import frames
 from fp4lab.core import paths
-from fp4lab.serving.replay import decide, models, study
+from fp4lab.serving.replay import decide, matrix, models, study
 
 
 def _check(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -133,3 +133,28 @@ def test_qwen3_moe_nvfp4_is_replayed_through_a_real_releases_runner(tmp_path):
                        / "config.json").read_text())  # fmt: skip
     assert (tiny["num_experts"], tiny["hidden_size"]) == (8, 256)
     assert Path(trace).is_dir()
+
+
+@pytest.mark.environments
+def test_14_replays_a_model_of_the_set_and_records_its_cell(run_notebook):
+    """Notebook 14, small: Llama-3.3-70B NVFP4 on SGLang 0.5.9 for SM12.0, one decision record
+    with the model, its blocker's frame and graph-break code, the patch that fixes it, and the
+    figure; a bad model name is refused by name first."""
+    with pytest.raises(ValueError, match="models contains 'llama-70b'; allowed values: "):
+        matrix.prepare(["llama-70b"], "0.5.9", ["12.0"])
+    found, _ = run_notebook(matrix.NAME, models=["llama-3.3-70b-nvfp4"],
+                            sglang_versions=["0.5.9"], sms=["12.0"])  # fmt: skip
+    [cell] = [r["values"] for r in found if r["kind"] == "decision"]
+    assert (cell["model"], cell["architecture"], cell["outcome"]) == (
+        "llama-3.3-70b-nvfp4",
+        "LlamaForCausalLM",
+        "blocked",
+    )
+    assert cell["blocker_frames"][0]["frame"].startswith("flashinfer/jit/")
+    assert cell["blocker_frames"][0]["graph_break"] == "GB0007"
+    assert cell["patch"] == ["fp4_quantize_op"] and cell["compiles_with_patch"] is True
+    assert "attention_backend" in cell["standins"]
+    [summary] = [r["values"] for r in found if r["kind"] == "summary"]
+    assert summary["verdict"] == "BLOCKED" and summary["number"].startswith("1 of 1 reachable")
+    assert "llama-3.3-70b-nvfp4 SM12.0: 0.5.9 blocked" in summary["headline"]
+    assert (paths.figures_dir() / f"{matrix.NAME}.png").is_file()

@@ -40,6 +40,11 @@ QUESTIONS = (
         "not examined",
         ("11_sglang_piecewise_replay",),
     ),
+    Question(
+        "Piecewise CUDA graphs for other FP4 models in SGLang releases",
+        "not examined (one model)",
+        ("14_fp4_model_matrix",),
+    ),
     Question("fullgraph=False instead", "assumed worthless", ("04_fullgraph_false_tradeoff",)),
     Question("MSCCLPP allreduce", "next, Tier 1", ("07_mscclpp_allreduce",)),
     Question("Single Batch Overlap", "next, Tier 1", ("08_single_batch_overlap",)),

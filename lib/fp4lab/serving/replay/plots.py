@@ -1,6 +1,7 @@
 """Notebook 11's figure and tables: SGLang release down, simulated SM across, each cell what
 compiling the release's own GLM-5 through its piecewise runner gave, the blockers met, the patch
-that removes them and the MoE's path; each row labelled with the option a GLM-5 user passes."""
+that removes them and the MoE's path; each row labelled with the option a GLM-5 user passes.
+Notebook 14's: one model x release grid per SM (``plot_matrix``), and its table."""
 
 from __future__ import annotations
 
@@ -104,6 +105,62 @@ def save_decision_figure(rows: list[dict], notebook: str) -> Path:
     return figures.save_figure(
         plot_decision(rows),
         "11_sglang_piecewise_replay",
+        records.latest(notebook)[-1]["provenance"],
+        source=f"data/{notebook}.jsonl run {records.RUN_ID}",
+        evidence=evidence.of_values(rows),
+    )
+
+
+def matrix_table(rows: list[dict]) -> object:
+    """Notebook 14's cells: model, release, SM, outcome, blockers with graph-break codes."""
+    import pandas as pd
+
+    return pd.DataFrame([
+        {"model": r["model"], "sglang_version": r["sglang_version"], "sm": r["sm"],
+         "outcome": r["outcome"], "flag": r["flag"],
+         "blockers": "; ".join(f"{b['frame']}" + (f" [{b['graph_break']}]" if b["graph_break"] else "")
+                               for b in r["blocker_frames"]) or "-",
+         "patch": ", ".join(r["patch"]) or "-", "compiles_with_patch": r["compiles_with_patch"],
+         "why": r["why_short"]} for r in rows
+    ]).fillna("-")  # fmt: skip
+
+
+def plot_matrix(rows: list[dict]) -> object:
+    """One panel per SM: models down, releases across (release order), each cell coloured by
+    outcome; "p" where fp4lab's patch makes a blocked cell compile."""
+    import matplotlib.pyplot as plt
+
+    names = list(dict.fromkeys(r["model"] for r in rows))
+    version_list = sorted(dict.fromkeys(r["sglang_version"] for r in rows), key=versions.order)
+    sm_list = sorted({r["sm"] for r in rows}, key=lambda s: float(s))
+    fig, axes = plt.subplots(len(sm_list), 1, squeeze=False,
+                             figsize=(0.5 * len(version_list) + 3, 0.45 * len(names) * len(sm_list) + 2))  # fmt: skip
+    for ax, sm in zip(axes[:, 0], sm_list, strict=True):
+        for r in (r for r in rows if r["sm"] == sm):
+            x, y = version_list.index(r["sglang_version"]), names.index(r["model"])
+            ax.add_patch(plt.Rectangle((x, y), 0.95, 0.9, color=COLOURS.get(r["outcome"], "#ccc")))
+            if r["outcome"] == "blocked" and r["compiles_with_patch"]:
+                ax.text(x + 0.47, y + 0.45, "p", ha="center", va="center", fontsize=7)
+        ax.set_xlim(0, len(version_list))
+        ax.set_ylim(len(names), 0)
+        ax.set_xticks([i + 0.47 for i in range(len(version_list))], version_list, rotation=90,
+                      fontsize=6)  # fmt: skip
+        ax.set_yticks([i + 0.45 for i in range(len(names))], names, fontsize=7)
+        ax.set_title(f"SM{sm} (simulated)", fontsize=8)
+    axes[-1, 0].legend(
+        handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=o) for o, c in COLOURS.items()],
+        loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize=7, frameon=False)  # fmt: skip
+    fig.suptitle("Each FP4 model's own SGLang class through each release's piecewise runner "
+                 "(p: fp4lab's patch makes it compile)", fontsize=9)  # fmt: skip
+    fig.tight_layout()
+    return fig
+
+
+def save_matrix_figure(rows: list[dict], notebook: str) -> Path:
+    """``plot_matrix`` saved as figures/<notebook>.png with the run's provenance."""
+    return figures.save_figure(
+        plot_matrix(rows),
+        notebook,
         records.latest(notebook)[-1]["provenance"],
         source=f"data/{notebook}.jsonl run {records.RUN_ID}",
         evidence=evidence.of_values(rows),

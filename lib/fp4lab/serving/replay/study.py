@@ -27,12 +27,17 @@ GPU box whose nvcc is on PATH), and a toolkit at the usual place."""
 
 @dataclass
 class VersionRun:
-    """Everything measured for one SGLang release."""
+    """Everything measured for one SGLang release: each model's replay per SM."""
 
     version: str
     environment: env.CompileEnv
     calls: list[dict] = field(default_factory=list)
-    replays: dict[str, dict] = field(default_factory=dict)
+    by_model: dict[str, dict[str, dict]] = field(default_factory=dict)
+
+    @property
+    def replays(self) -> dict[str, dict]:
+        """The replays per SM of the first model measured (GLM-5 in notebook 11)."""
+        return next(iter(self.by_model.values()), {})
 
 
 GLM5 = "glm-5-nvfp4"
@@ -60,15 +65,17 @@ SCANNED = "fp4lab-scan.json"
 
 
 def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
-                     progress: Callable[[str], object] = print) -> list[VersionRun]:  # fmt: skip
+                     progress: Callable[[str], object] = print,
+                     measured: list[models.Model] | None = None) -> list[VersionRun]:  # fmt: skip
     """Each release's environment built or reused and its source scanned, in turn, while the
-    replays of the releases before it already run: every (release, SM) child in one pool, one per
-    core at once, so no core waits while a release's last SM runs alone (the story's SM of the
-    story's release also walks the story's patch and each CUDA_HOME). A release whose environment
-    failed has no replays."""
+    replays of the releases before it already run: every (release, SM, model) child in one pool,
+    one per core at once, so no core waits while a release's last SM runs alone (GLM-5 unless
+    ``measured`` names models; GLM-5 on the story's SM of the story's release also walks the
+    story's patch and each CUDA_HOME). A release whose environment failed has no replays."""
     runs: list[VersionRun] = []
-    jobs: list[tuple[VersionRun, str]] = []
-    story = (versions.STORY_VERSION, versions.STORY_SM)
+    jobs: list[tuple[VersionRun, str, str]] = []
+    story = (versions.STORY_VERSION, versions.STORY_SM, GLM5)
+    measured = measured or [models.named(GLM5)]
 
     def prepared() -> Iterator[venvs.Child]:
         for version in chosen:
@@ -83,9 +90,10 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
                 continue
             package = standins.site_packages(str(compile_env.python)) / "sglang"
             run.calls = scan.cached(package, env.env_dir(version) / "venv" / SCANNED)
-            for sm in sms:
-                jobs.append((run, sm))
-                yield child(version, sm, cuda_home, (version, sm) == story)
+            for model in measured:
+                for sm in sms:
+                    jobs.append((run, sm, model.name))
+                    yield child(version, sm, cuda_home, (version, sm, model.name) == story, model)
 
     def shown(one: venvs.Child, found: dict) -> None:
         fixed = found.get("fix", {})
@@ -95,8 +103,8 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
         progress(f"  {one.label}: {what}")
 
     found = venvs.run_children(prepared(), paths.build_dir() / LOGS, CHILD_TIMEOUT_S, shown)
-    for (run, sm), replay in zip(jobs, found, strict=True):
-        run.replays[sm] = replay
+    for (run, sm, name), replay in zip(jobs, found, strict=True):
+        run.by_model.setdefault(name, {})[sm] = replay
     return runs
 
 

@@ -1,5 +1,6 @@
 """The replay's answer as a timeline per SM: runs of consecutive releases with one outcome, the
-first release in which GLM-5 compiles, any in which it stops again, and what a user should run.
+first release in which the model (GLM-5 in notebook 11) compiles, any in which it stops again,
+and what a user should run.
 
 Releases are in release order (``versions.order``).
 """
@@ -59,8 +60,8 @@ def turning_points(rows: list[dict], sm: str) -> dict:
             "stops_at": stops and state(stops)}  # fmt: skip
 
 
-def recommendation(rows: list[dict], sm: str) -> str:
-    """What a GLM-5 user on ``sm`` should run for torch.compile piecewise graphs: the newest
+def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
+    """What the model's user on ``sm`` should run for torch.compile piecewise graphs: the newest
     release in which it compiles as released, with its flag; else the newest release whose
     blockers fp4lab's patch removes (compiles, equals eager); else that none is known."""
     mine = sorted(
@@ -75,13 +76,14 @@ def recommendation(rows: list[dict], sm: str) -> str:
                and r["equals_eager"]]  # fmt: skip
     if patched:
         r = patched[-1]
+        config = f" --config models/{r['model']}" if r.get("model") else ""
         return (f"SGLang {r['sglang_version']} with `{r['flag']}` and fp4lab's patch "
                 f"({'+'.join(r['patch'])}: `python -m fp4lab.serving.replay --sglang "
-                f"{r['sglang_version']} --sm {sm} --write-patch DIR`)")  # fmt: skip
-    return "no release measured here lets GLM-5 through torch.compile piecewise graphs"
+                f"{r['sglang_version']} --sm {sm} --write-patch DIR{config}`)")  # fmt: skip
+    return f"no release measured here lets {model} through torch.compile piecewise graphs"
 
 
-def sentence(rows: list[dict], sm: str) -> str:
+def sentence(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
     """One sentence per SM: its runs, the turning points and the recommendation."""
     said = "; ".join(
         f"{g['from']}" + (f"-{g['to']}" if g["to"] != g["from"] else "") + f" {g['state']}"
@@ -92,7 +94,7 @@ def sentence(rows: list[dict], sm: str) -> str:
              else "compiles in no measured release")  # fmt: skip
     again = (f", stops again in {points['stops_again']} ({points['stops_at']})"
              if points["stops_again"] else "")  # fmt: skip
-    return f"SM{sm}: {said}. GLM-5 {first}{again}. Run: {recommendation(rows, sm)}."
+    return f"SM{sm}: {said}. {model} {first}{again}. Run: {recommendation(rows, sm, model)}."
 
 
 def text(rows: list[dict]) -> str:
@@ -100,10 +102,11 @@ def text(rows: list[dict]) -> str:
     return "\n".join(sentence(rows, sm) for sm in dict.fromkeys(r["sm"] for r in rows))
 
 
-def timeline(rows: list[dict]) -> dict:
+def timeline(rows: list[dict], model: str = "GLM-5") -> dict:
     """Per SM: its runs, turning points, recommendation and sentence, for the records."""
     return {
         sm: {"runs": runs(rows, sm), **turning_points(rows, sm),
-             "recommendation": recommendation(rows, sm), "sentence": sentence(rows, sm)}
+             "recommendation": recommendation(rows, sm, model),
+             "sentence": sentence(rows, sm, model)}
         for sm in dict.fromkeys(r["sm"] for r in rows)
     }  # fmt: skip

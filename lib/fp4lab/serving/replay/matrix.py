@@ -1,0 +1,104 @@
+"""Notebook 14's calls: every model of the built-in set (``models/``) through every SGLang
+release's piecewise runner on each simulated SM, and the model x release answer per SM.
+
+The replay is notebook 11's (``study.measure_versions``: one pool of children across releases,
+SMs and models); each (model, release, SM) becomes one "decision" record with the model, its
+blocker frames and dynamo's graph-break codes, and the kernels that stood in for it.
+"""
+
+from __future__ import annotations
+
+from fp4lab.core import evidence, params, records
+from fp4lab.serving.replay import decide, models, study, timeline, versions
+
+NAME = "14_fp4_model_matrix"
+ALL = "all"
+"""The value of ``models`` that means the whole built-in set."""
+
+
+def check_models(given: list[str] | tuple[str, ...] | str) -> list[str]:
+    """Model names as given (a list, one comma-separated string, or ``all``), each one of the
+    built-in set."""
+    names = params.items("models", given, f"{ALL}, {', '.join(models.built_in())}")
+    if names == [ALL]:
+        return models.built_in()
+    params.choices("models", names, tuple(models.built_in()))
+    return names
+
+
+def prepare(model_names: list[str] | str, sglang_versions: list[str] | str,
+            sms: list[str] | str) -> records.Recorder:  # fmt: skip
+    """Notebook 14's validation, before any install: models, releases, SMs."""
+    return records.Recorder(NAME, {"models": check_models(model_names),
+                                   "sglang_versions": versions.check_versions(sglang_versions),
+                                   "sms": versions.check_sms(sms)})  # fmt: skip
+
+
+def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[dict]) -> dict:
+    """One decision row: ``decide.cell`` with the model, its blockers' frames and graph-break
+    codes, and the names of what stood in."""
+    steps = replay.get("fix", {}).get("steps", [])
+    return {"model": model.name, "architecture": model.architecture,
+            "quantization": model.quantization, **decide.cell(version, sm, replay, calls),
+            "blocker_frames": [{"frame": s.get("blocker_frame"), "graph_break": s.get("graph_break"),
+                                "message": s.get("message")} for s in steps
+                               if s.get("status") == "unsupported"],
+            "standins": sorted({s["name"] for s in replay.get("standins", [])})}  # fmt: skip
+
+
+def measure_and_record(rec: records.Recorder) -> list[dict]:
+    """Every (model, release, SM) replayed and recorded as "decision"; the per-model timelines
+    in the "summary"."""
+    chosen = [models.named(n) for n in rec.params["models"]]
+    runs = study.measure_versions(rec.params["sglang_versions"], rec.params["sms"], ["unset"],
+                                  measured=chosen)  # fmt: skip
+    rows = []
+    for run in runs:
+        rec.add("environment", {"sglang_version": run.version, **run.environment.as_record()})
+        for model in chosen:
+            for sm, replay in run.by_model.get(model.name, {}).items():
+                rows.append(row(model, run.version, sm, replay, run.calls))
+                rec.add("decision", rows[-1], target={"sm": sm, "simulated": True})
+    per_model = {m.name: [r for r in rows if r["model"] == m.name] for m in chosen}
+    rec.summary(**{
+        "status": "measured" if any(r["outcome"] in ("blocked", "compiles") for r in rows)
+        else "not measured",
+        "headline": verdict(rows),
+        **decision(rows),
+        "needs": "cpu",
+        "models": {m.name: m.as_record() for m in chosen},
+        "timelines": {n: timeline.timeline(mine, n) for n, mine in per_model.items()},
+        "versions_failed": {r.version: r.environment.error for r in runs if not r.environment.ok},
+        "evidence": evidence.of_values(rows),
+    })  # fmt: skip
+    return rows
+
+
+def counts(rows: list[dict]) -> dict[str, int]:
+    """How many (release, SM) cells had each outcome."""
+    return {o: sum(r["outcome"] == o for r in rows) for o in decide.OUTCOMES}
+
+
+def decision(rows: list[dict]) -> dict:
+    """The report's verdict over the matrix: per model, the cells that compile as released, and
+    those blocked; never more than the traced cells say."""
+    reachable = [r for r in rows if r["outcome"] in ("blocked", "compiles")]
+    blocked = [r for r in reachable if r["outcome"] == "blocked"]
+    verdict = ("UNMEASURED" if not reachable else "BLOCKED" if len(blocked) == len(reachable)
+               else "UNBLOCKED" if not blocked else "PARTLY BLOCKED")  # fmt: skip
+    per = "; ".join(f"{name}: {c['compiles']} compile, {c['blocked']} blocked, "
+                    f"{c['not applicable']} not applicable, {c['not measured']} not measured"
+                    for name, c in ((n, counts([r for r in rows if r["model"] == n]))
+                                    for n in dict.fromkeys(r["model"] for r in rows)))  # fmt: skip
+    return {"verdict": verdict, "number": f"{len(blocked)} of {len(reachable)} reachable "
+            f"model x release x SM blocked", "why": per}  # fmt: skip
+
+
+def verdict(rows: list[dict]) -> str:
+    """One sentence per model and SM (its timeline)."""
+    lines = []
+    for name in dict.fromkeys(r["model"] for r in rows):
+        mine = [r for r in rows if r["model"] == name]
+        lines += [f"{name} {timeline.sentence(mine, sm, name)}"
+                  for sm in dict.fromkeys(r["sm"] for r in mine)]  # fmt: skip
+    return "\n".join(lines) or "no model could be measured"
