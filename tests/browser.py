@@ -132,3 +132,11 @@ def exported(executed: Path) -> str:
     text = clean(page)
     rendered(page, paths.build_dir() / "test" / f"{executed.stem}.png")
     return text
+
+
+def environment_lines(text: str, where: str) -> list[str]:
+    """What each line ``core.venvs`` says of the environment at ``where`` (as ``paths.shown``
+    writes it) in a page's ``text`` tells: built or reused."""
+    at = re.escape(where)
+    line = rf"^\[env\] {at}: (built|reused) in \d+ s, \d+ MiB of its own \(log: {at}\.build\.log\)$"
+    return re.findall(line, text, re.MULTILINE)
