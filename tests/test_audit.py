@@ -12,6 +12,7 @@ import textwrap
 import pytest
 import torch
 
+from browser import exported
 from fp4lab.compile import target
 from fp4lab.compile.audit import __main__ as cli
 from fp4lab.compile.audit import (
@@ -362,6 +363,7 @@ def test_an_unknown_entry_point_is_named_before_any_environment_is_built():
 
 
 @pytest.mark.notebook
+@pytest.mark.browser
 def test_12_audits_one_version_eager_first(run_notebook):
     version = target.flashinfer.__version__
     rows, executed = run_notebook(
@@ -397,6 +399,7 @@ def test_12_audits_one_version_eager_first(run_notebook):
     assert cell["ops_one_graph"] == ["torch.ops.flashinfer.fp4_quantize"]
     assert "fp4_quantize" in cell["wrap"] and not set(cell["undetermined"]) & set(cell["wrap"])
     assert (executed.parent.parent / "figures" / "12_fp4_api_audit.png").exists()
+    exported(executed)  # its tables fit the window, no warnings on the page
 
 
 def test_the_heat_map_groups_rows_by_package_and_keeps_its_legend_off_the_footer():

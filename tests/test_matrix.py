@@ -10,6 +10,7 @@ import sys
 
 import pytest
 
+from browser import environment_lines, exported
 from fp4lab.compile.matrix import result, study, versions
 from fp4lab.core import paths, probe
 
@@ -160,8 +161,12 @@ def test_a_version_that_cannot_install_is_recorded_and_the_others_go_on(
 
 @pytest.mark.notebook
 @pytest.mark.environments
+@pytest.mark.browser
 def test_09_measures_two_versions_with_the_forwarding_detector(run_notebook):
-    rows, _ = run_notebook("09_version_matrix", versions=",".join(PAIR))
+    """Each version in its own environment, and the exported page shows each environment as one
+    line: built (where build/matrix/ has none, as on CI's clean checkout) or reused, never uv's
+    install lines (``browser.NOISE``); the page fits the window."""
+    rows, executed = run_notebook("09_version_matrix", versions=",".join(PAIR))
     measured = {r["values"]["version"]: r for r in rows if r["kind"] == "version"}
     assert list(measured) == PAIR
     for version, r in measured.items():
@@ -191,3 +196,7 @@ def test_09_measures_two_versions_with_the_forwarding_detector(run_notebook):
     for stage, seen in summary["stages_across_versions"].items():
         on = [v for v in PAIR if stage in measured[v]["values"]["stages_applied"]]
         assert seen["versions"] == on and seen["on_every_version_measured"] == (on == PAIR)
+    page = exported(executed)
+    for version in PAIR:
+        said = environment_lines(page, f"build/matrix/flashinfer-{version}")
+        assert said == [measured[version]["values"]["env"]], f"one line for {version}'s environment"

@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from browser import exported
 from fp4lab.core import probe
 from fp4lab.fp4 import forwarding_bug, gpu_checks
 
@@ -30,6 +31,7 @@ def _pinned_flashinfer() -> str:
     return pin.split("==")[1]
 
 
+@pytest.mark.browser
 def test_06_records_errors_crosschecks_skips_and_speed(run_notebook, isolated_outputs):
     rows, executed = run_notebook(NAME, **SMALL)
     by_kind: dict[str, list[dict]] = {}
@@ -94,3 +96,4 @@ def test_06_records_errors_crosschecks_skips_and_speed(run_notebook, isolated_ou
     assert run_summary["headline"].startswith("reference vs 2 independent peers: 0 unexplained")
     for figure in ("06_fp4_error", "06_swizzle_128x4", "06_quantize_throughput"):
         assert (isolated_outputs / "figures" / f"{figure}.png").stat().st_size > 1000
+    exported(executed)  # its tables fit the window, no warnings on the page

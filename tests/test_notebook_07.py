@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from browser import exported
 from fp4lab.core import probe
 
 pytestmark = pytest.mark.notebook
@@ -11,6 +12,7 @@ NAME = "07_mscclpp_allreduce"
 SMALL = dict(sizes="1KiB:16KiB", iters=3, warmup=1, timeout_s=120)
 
 
+@pytest.mark.browser
 def test_07_sweeps_gloo_and_records_what_it_skipped(run_notebook, isolated_outputs):
     rows, executed = run_notebook(NAME, backends=["gloo", "mscclpp"], **SMALL)
     by_kind = {}
@@ -44,3 +46,4 @@ def test_07_sweeps_gloo_and_records_what_it_skipped(run_notebook, isolated_outpu
         assert summary["headline"].startswith("gloo only:") and summary["backends_run"] == ["gloo"]
         assert "SKIPPED: no CUDA GPU" in executed.read_text()
     assert (isolated_outputs / "figures" / "07_allreduce_sweep.png").stat().st_size > 1000
+    exported(executed)  # its tables fit the window, no warnings on the page

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from browser import exported
 from fp4lab.serving import compare
 
 pytestmark = pytest.mark.notebook
@@ -11,6 +12,7 @@ NAME = "08_single_batch_overlap"
 SMALL = dict(scale=64, tokens=256, chunks=[1, 4], iters=15, warmup=3, timeout_s=120)
 
 
+@pytest.mark.browser
 def test_08_runs_the_microbenchmark_and_records_the_serving_skip(run_notebook, isolated_outputs):
     rows, executed = run_notebook(NAME, **SMALL)
     by_kind = {}
@@ -39,3 +41,4 @@ def test_08_runs_the_microbenchmark_and_records_the_serving_skip(run_notebook, i
         assert summary["verdict"] == "UNMEASURED" and skip in summary["why"]
         assert "serving comparison: SKIPPED" in executed.read_text()
     assert (isolated_outputs / "figures" / "08_overlap_microbenchmark.png").stat().st_size > 1000
+    exported(executed)  # its tables fit the window, no warnings on the page

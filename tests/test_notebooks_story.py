@@ -7,12 +7,10 @@ those records, exported to HTML and opened in headless Chromium.
 
 from __future__ import annotations
 
-import os
-import shutil
-
 import pytest
 import torch
 
+from browser import clean, rendered
 from fp4lab.compile import fix, fix_checks, tradeoff
 from fp4lab.core import catalog, paths, records, runner
 from fp4lab.report import decision, index
@@ -130,11 +128,9 @@ def test_02_walks_the_chain_to_file_io(story):
 
 def test_exported_pages_show_results_not_noise(story):
     """No install lines (notebook 04 builds SGLang's environment), no library warnings, no stray
-    return values, no NaN cells."""
+    return values, no NaN cells (``browser.NOISE``)."""
     for name in RUNS:
-        html = (story / "html" / f"{name}.html").read_text()
-        for noise in ("[env]   ", "UserWarning", "PosixPath(", "<td>NaN</td>", "Resolved "):
-            assert noise not in html, f"{name}: {noise!r}"
+        clean(story / "html" / f"{name}.html")
     assert (
         "[env] build/sglang-compile/0.5.9/venv: "
         in (story / "html" / "04_fullgraph_false_tradeoff.html").read_text()
@@ -267,68 +263,10 @@ def test_10_report_decides_from_the_records(story):
         assert f'<a href="{notebook}.html">' in html
 
 
-WIDTH = 1300
-"""The window the report must fit, in CSS pixels."""
-OVERFLOWING = """() => [...document.querySelectorAll('body *')].filter(e => {
-    const box = e.getBoundingClientRect();
-    return box.right > window.innerWidth + 1 || e.scrollWidth > e.clientWidth + 1 &&
-        ['auto', 'scroll', 'hidden'].includes(getComputedStyle(e).overflowX);
-}).map(e => `${e.tagName}.${e.className}: ${e.scrollWidth} > ${e.clientWidth}`).slice(0, 10)"""
-"""Every element that runs past the window's right edge or scrolls sideways inside its box."""
-
-
-def _chromium() -> str | None:
-    found = shutil.which("chromium") or shutil.which("chromium-browser")
-    if found is None and os.environ.get("CI"):
-        pytest.fail("CI must install Debian's chromium (.ci/run does) to check the rendered report")
-    return found
-
-
-def _rendered(page_path, shot) -> dict:
-    """The page at WIDTH in headless Chromium: its first screen's text, width, overflowing
-    elements, table row counts, whole text; a full-page screenshot in ``shot``."""
-    chromium = _chromium()
-    if chromium is None:
-        pytest.skip("chromium is not installed on this machine (.ci/run installs it)")
-    from playwright.sync_api import sync_playwright
-
-    shot.parent.mkdir(parents=True, exist_ok=True)
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(
-            executable_path=chromium,
-            args=[
-                "--no-sandbox",
-                "--disable-gpu",
-                "--disable-background-networking",
-                "--disable-component-update",
-                "--disable-sync",
-                "--no-first-run",
-            ],
-        )
-        try:
-            page = browser.new_page(viewport={"width": WIDTH, "height": 900})
-            page.goto(page_path.as_uri())
-            found = {
-                "first_screen": page.inner_text("body")[:3000],
-                "page_width": page.evaluate("() => document.documentElement.scrollWidth"),
-                "overflowing": page.evaluate(OVERFLOWING),
-                "tables": page.evaluate(
-                    "() => [...document.querySelectorAll('table')].map(t => t.rows.length)"
-                ),
-                "text": page.inner_text("body"),
-            }
-            page.screenshot(path=str(shot), full_page=True)
-        finally:
-            browser.close()
-    assert found["page_width"] <= WIDTH, f"the page is {found['page_width']} px wide at {WIDTH} px"
-    assert found["overflowing"] == [], f"elements wider than their box: {found['overflowing']}"
-    return found
-
-
 @pytest.mark.browser
 def test_10_report_renders_in_headless_chromium(story):
     shot = paths.build_dir() / "test" / "10_decision_report.png"
-    seen = _rendered(story / "html" / "10_decision_report.html", shot)
+    seen = rendered(story / "html" / "10_decision_report.html", shot)
     assert "Was piecewise CUDA graphs really blocked?" in seen["first_screen"]
     assert "What the alternatives are worth." in seen["first_screen"]
     assert len(seen["tables"]) >= 3 and seen["tables"][0] == 1 + len(decision.QUESTIONS)
@@ -338,7 +276,7 @@ def test_10_report_renders_in_headless_chromium(story):
 
 @pytest.mark.browser
 def test_the_index_leads_with_the_answer_and_gives_each_notebooks_verdict(story):
-    seen = _rendered(story / "html" / "index.html", paths.build_dir() / "test" / "index.png")
+    seen = rendered(story / "html" / "index.html", paths.build_dir() / "test" / "index.png")
     lines = [line for line in seen["first_screen"].splitlines() if line.strip()]
     assert lines[0] == "fp4lab: which serving optimizations work for FP4 models"
     assert lines[1].startswith("Was piecewise CUDA graphs really blocked? As the story compiled "
@@ -353,4 +291,4 @@ def test_the_index_leads_with_the_answer_and_gives_each_notebooks_verdict(story)
 @pytest.mark.parametrize("name", [n for n in RUNS if n != "10_decision_report"])
 def test_every_exported_notebook_fits_the_window(story, name):
     """Every table a notebook shows wraps to the page (``core.page``), in headless Chromium."""
-    _rendered(story / "html" / f"{name}.html", paths.build_dir() / "test" / f"{name}.png")
+    rendered(story / "html" / f"{name}.html", paths.build_dir() / "test" / f"{name}.png")

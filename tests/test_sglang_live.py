@@ -14,9 +14,10 @@ from pathlib import Path
 import pytest
 import torch.distributed as dist
 
+from browser import environment_lines, exported
 from fp4lab.comm.allreduce import mscclpp_api
 from fp4lab.comm.allreduce import params as allreduce_params
-from fp4lab.core import probe, process
+from fp4lab.core import paths, probe, process
 from fp4lab.serving import bench, cli, config, live, logs, sglang_env
 
 pytestmark = [pytest.mark.serving, pytest.mark.environments]
@@ -136,9 +137,12 @@ def test_mscclpp_is_checked_against_the_installed_api_up_front(env, monkeypatch)
 
 
 @pytest.mark.notebook
+@pytest.mark.browser
 def test_13_serves_on_this_cpu_records_a_serving_verdict_and_leaves_nothing(env, run_notebook):
     """The real SGLang server end to end through notebook 13 (one server start for the suite):
-    requests, SGLang's own benchmark clients, teardown of every process, the fake's contract."""
+    requests, SGLang's own benchmark clients, teardown of every process, the fake's contract;
+    the exported page fits the window and shows the environment (reused: the ``env`` fixture
+    built it) in one line, no install lines."""
     rows, executed = run_notebook("13_sglang_cpu_server", num_prompts=4, input_len=16, output_len=8)
     by_kind: dict[str, list[dict]] = {}
     for r in rows:
@@ -177,3 +181,6 @@ def test_13_serves_on_this_cpu_records_a_serving_verdict_and_leaves_nothing(env,
     assert summary["number"].startswith(f"{serving['output_throughput']:.1f} output tok/s")
     assert "processes left behind: 0" in summary["headline"]
     assert "bench_serving" in executed.read_text()
+    page = exported(executed)
+    said = environment_lines(page, paths.shown(env.environment.path))
+    assert said == ["reused"], "one line for the environment the env fixture built"

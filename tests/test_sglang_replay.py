@@ -22,6 +22,7 @@ import nbformat
 import pytest
 import torch
 
+from browser import environment_lines, exported
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
 from fp4lab.serving import standins
@@ -160,17 +161,18 @@ def test_a_failed_install_is_recorded_and_the_others_go_on(isolated_outputs):
 
 @pytest.fixture(scope="module")
 def notebook_records(tmp_path_factory):
-    """Notebook 11 run once on the test release and every SM; its records, and whether its
-    figure was written (records and figures in a temporary folder)."""
+    """Notebook 11 run once on the test release and every SM; its records, whether its figure
+    was written and where its executed copy is (records and figures in a temporary folder)."""
     out = tmp_path_factory.mktemp("notebook11")
     with pytest.MonkeyPatch.context() as patch:
         patch.setenv("FP4LAB_DATA_DIR", str(out / "data"))
         patch.setenv("FP4LAB_FIGURES_DIR", str(out / "figures"))
         (nb,) = [n for n in catalog.notebooks() if n.name == NAME]
         parameters = {"sglang_versions": [versions.STORY_VERSION], "sms": list(versions.SMS)}
-        runner.execute(nb, out / "executed", parameters)
+        executed = runner.execute(nb, out / "executed", parameters)
         figure = (paths.figures_dir() / f"{NAME}.png").exists()
-        return [*records.read(NAME), {"kind": "figure", "values": {"written": figure}}]
+        return [*records.read(NAME), {"kind": "figure", "values": {"written": figure}},
+                {"kind": "executed", "values": {"path": executed}}]  # fmt: skip
 
 
 @pytest.fixture(scope="module")
@@ -322,6 +324,18 @@ def test_the_environment_says_where_its_torch_differs_from_the_pin(notebook_reco
     site = standins.site_packages(str(env.env_dir("0.5.9") / "venv" / "bin" / "python"))
     assert not list((site / standins.KERNEL_BINARIES).rglob("*.so*"))
     assert removed["removed"] and removed["bytes"] > 100 * 2**20, "the CUDA op libraries"
+
+
+@pytest.mark.browser
+def test_the_exported_page_says_the_environment_in_one_line_and_fits(notebook_records):
+    """The release's environment (built, or reused where notebook 04 or an earlier run made it)
+    is one line on the exported page, uv's install lines are not there (``browser.NOISE``), and
+    the page fits the window."""
+    [executed] = _of(notebook_records, "executed")
+    page = exported(executed["path"])
+    said = environment_lines(page, f"build/sglang-compile/{versions.STORY_VERSION}/venv")
+    [environment] = _of(notebook_records, "environment")
+    assert said == [environment["status"]], "one line for the release's environment"
 
 
 @pytest.mark.parametrize("version", [versions.STORY_VERSION])

@@ -203,7 +203,8 @@ def summarize(rows: list[dict], per_version: list[dict]) -> dict:
 
 def table(rows: list[dict]) -> pd.DataFrame:
     """One line per (version, entry point, SM), to filter: verdict and why, the eager outcome,
-    the first blocker, each install mode, the tensors that decided."""
+    the first blocker, each install mode, the tensors that decided; a cell with nothing to say
+    is empty (not NaN)."""
     lines = []
     for r in rows:
         tgt, first = r.get("trace") or {}, r.get("eager") or {}
@@ -226,7 +227,7 @@ def table(rows: list[dict]) -> pd.DataFrame:
                 "tensors": r.get("tensors"),
             }
         )
-    return pd.DataFrame(lines)
+    return pd.DataFrame(lines).fillna("")
 
 
 def audit_verdict(rows: list[dict]) -> str:

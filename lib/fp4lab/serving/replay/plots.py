@@ -18,13 +18,14 @@ PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer spli
 
 
 def table(rows: list[dict]) -> object:
-    """The decision table as a DataFrame: version x SM, outcome, op, counts, flag."""
+    """The decision table as a DataFrame: version x SM, outcome, op, counts, flag; a cell with
+    nothing to say is empty (not NaN, not None)."""
     import pandas as pd
 
     keep = ["sglang_version", "sm", "flag", "outcome", "evidence", "blocked_at", "blockers", "patch",
             "compiles_with_patch", "equals_eager", "pieces", "expected_pieces", "moe", "quantize",
             "model_class", "note"]  # fmt: skip
-    return pd.DataFrame([{k: r.get(k) for k in keep} for r in rows])
+    return pd.DataFrame([{k: r.get(k) for k in keep} for r in rows]).fillna("")
 
 
 def timeline_table(rows: list[dict]) -> object:
