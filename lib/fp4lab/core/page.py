@@ -29,13 +29,21 @@ def css(table: str = "table") -> str:
     return "".join(rules)
 
 
+KNOWN_WARNINGS = ("IProgress not found",)
+"""Library warnings a notebook's page does not show: tqdm's, when a library imports
+``tqdm.auto`` in a kernel without ipywidgets (its bars fall back to text)."""
+
+
 def in_notebook() -> None:
-    """WRAPPED shown once as a style element for the notebook's DataFrames (nothing outside a
-    notebook)."""
+    """WRAPPED shown once as a style element for the notebook's DataFrames, and KNOWN_WARNINGS
+    kept off the page (nothing outside a notebook)."""
     import sys
+    import warnings
 
     if "ipykernel" not in sys.modules:
         return
     from IPython.display import HTML, display
 
+    for message in KNOWN_WARNINGS:
+        warnings.filterwarnings("ignore", message=message)
     display(HTML(f"<style>{css('table.dataframe')}</style>"))
