@@ -204,15 +204,18 @@ SGLANG_NVFP4_MOE = [
     "trtllm_fp4_block_scale_moe",
     "trtllm_fp4_block_scale_routed_moe",
     "fused_moe.TrtllmFp4RoutedRunner.forward",
+    "CuteDslMoEWrapper.run",
 ]
 """The FlashInfer MoE entry points SGLang's NVFP4 MoE backends call (its layers/moe/moe_runner
-flashinfer_cutlass and flashinfer_trtllm, 0.5.3 on), and the unified runner of the same kernel."""
+flashinfer_cutlass and flashinfer_trtllm, 0.5.3 on; flashinfer_cutedsl's ``CuteDslMoEWrapper``,
+0.5.11 on), and the unified runner of the same kernel."""
 
 
-def test_every_moe_runner_sglang_uses_for_nvfp4_gets_an_eager_checked_verdict():
+@pytest.mark.parametrize("sm", [(12, 0), (10, 0)])
+def test_every_moe_runner_sglang_uses_for_nvfp4_gets_an_eager_checked_verdict(sm):
     found = {e.name: e for e in surface.discover(target.flashinfer)}
     for name in SGLANG_NVFP4_MOE:
-        row = child.audit_entry(found[name], (12, 0))
+        row = child.audit_entry(found[name], sm)
         assert row["status"] == "audited" and row["verdict"] in run.VERDICTS, (name, row)
         assert row["eager"] is not None, name
         if row["verdict"] in run.MUST_WRAP:
@@ -221,6 +224,21 @@ def test_every_moe_runner_sglang_uses_for_nvfp4_gets_an_eager_checked_verdict():
     assert moe_runners.is_runner(runner) and moe_runners.backend_config(runner).__name__ == (
         "TrtllmFp4Config"
     ), "the backend config FlashInfer's MoELayer maps to the runner"
+    wrapper = found["CuteDslMoEWrapper.run"]
+    assert wrapper.form == "method" and wrapper.reason == "MoE entry point documented for FP4"
+
+
+def test_a_moe_wrapper_is_fp4_by_its_run_methods_documentation():
+    def wrapper(doc: str) -> type:
+        def run(self, x: torch.Tensor, x_sf: torch.Tensor) -> torch.Tensor:
+            return x
+
+        run.__doc__ = doc
+        return type("SomeMoEWrapper", (), {"run": run, "__module__": "flashinfer.some"})
+
+    fp4 = surface.entry_of("SomeMoEWrapper", "flashinfer", wrapper("x: packed NVFP4 input."))
+    assert fp4 is not None and fp4.name == "SomeMoEWrapper.run" and fp4.form == "method"
+    assert surface.entry_of("SomeMoEWrapper", "flashinfer", wrapper("x: BF16 input.")) is None
 
 
 def test_a_docstring_gives_shapes_and_a_scalar_annotation_a_neutral_value():

@@ -11,8 +11,10 @@ Three forms (``FORMS``):
   have, e.g. ``torch.ops.flashinfer``, ``torch.ops.trtllm``) whose name is FP4 by ``why_fp4``.
 
 An entry is FP4 when its name holds ``fp4`` (``nvfp4``, ``mxfp4``, ``mm_fp4``, ...), when it is a
-MoE entry whose documentation names FP4, or when it is a scale-layout helper (a ``shuffle`` /
-``interleave`` / ``swizzle`` name that handles scale factors or lives in an FP4 module).
+MoE entry whose documentation names FP4 (a wrapper class's own or its run method's: e.g.
+``CuteDslMoEWrapper.run`` takes "packed NVFP4 input"), or when it is a scale-layout helper (a
+``shuffle`` / ``interleave`` / ``swizzle`` name that handles scale factors or lives in an FP4
+module).
 """
 
 from __future__ import annotations
@@ -159,21 +161,23 @@ def run_method(cls: type) -> str | None:
     return None
 
 
-def _entry(name: str, package: str, obj: Any) -> EntryPoint | None:
-    """The entry point a public ``package.name`` makes, or None when it is not one."""
-    reason = why_fp4(name.split(".")[-1], obj)
-    module = getattr(obj, "__module__", "") or ""
+def entry_of(name: str, package: str, obj: Any) -> EntryPoint | None:
+    """The entry point a public ``package.name`` makes, or None when it is not one (a class is
+    FP4 by its own name and documentation or by its run method's)."""
+    leaf, module = name.split(".")[-1], getattr(obj, "__module__", "") or ""
     public = name if package == "flashinfer" else f"{package.removeprefix('flashinfer.')}.{name}"
-    if not reason or not module.startswith("flashinfer"):
+    if not module.startswith("flashinfer"):
         return None
     if inspect.isclass(obj):
         method = run_method(obj)
         fn = getattr(obj, method, None) if method else None
-        if fn is None or not takes_tensor(fn):
+        reason = why_fp4(leaf, obj) or why_fp4(leaf, fn)
+        if not reason or fn is None or not takes_tensor(fn):
             return None
         return EntryPoint(f"{public}.{method}", module, kind_of(name, package), reason, fn,
                           "method", package, obj)  # fmt: skip
-    if callable(obj) and not inspect.ismodule(obj) and takes_tensor(obj):
+    reason = why_fp4(leaf, obj)
+    if reason and callable(obj) and not inspect.ismodule(obj) and takes_tensor(obj):
         return EntryPoint(public, module, kind_of(name, package), reason, obj, "function",
                           package)  # fmt: skip
     return None
@@ -197,7 +201,7 @@ def discover(flashinfer: Any, errors: dict[str, str] | None = None) -> list[Entr
             except BaseException as exc:  # a lazy attribute that fails to load
                 errors[f"{package}.{name}"] = f"{type(exc).__name__}: {exc}".splitlines()[0]
                 continue
-            entry = _entry(name, package, obj)
+            entry = entry_of(name, package, obj)
             if entry is not None and id(obj) not in seen:
                 seen[id(obj)] = entry
     return sorted(seen.values(), key=lambda e: e.name) + registered_ops()
