@@ -7,7 +7,7 @@ and (for the eager call only) the kernel boundary; its CUDA toolkit is ``toolkit
   ``torch.cuda.get_device_capability`` & co. and dynamo applies its own rules to them. Tensors
   are fake CUDA tensors (``FakeTensorMode``), so nothing needs a kernel to run.
 * ``kernel_boundary``: for the eager call, the point where FlashInfer hands work to CUDA (a JIT
-  build, a cubin download) raises ``KernelReached`` instead; a CuTe DSL compile or a cuDNN call
+  build, a cubin download, a CuTe DSL compile) raises ``KernelReached`` instead; a cuDNN call
   fails inside its own package, which ``boundary_frame`` recognises. The trace always meets
   FlashInfer's real code.
 
@@ -53,13 +53,18 @@ STANDINS = (
     },
     {
         "name": "kernel_boundary",
-        "replaces": "flashinfer.jit.cpp_ext.run_ninja, flashinfer.jit.cubin_loader.download_file",
-        "why": "the eager call stops where FlashInfer would compile a kernel or download a cubin "
-        "(no CUDA, no network here); the trace meets the real functions",
+        "replaces": "flashinfer.jit.cpp_ext.run_ninja, flashinfer.jit.cubin_loader.download_file, "
+        "cutlass.base_dsl.dsl.BaseDSL._preprocess_and_replace_code",
+        "why": "the eager call stops where FlashInfer would compile a kernel (a JIT build, a CuTe "
+        "DSL compile) or download a cubin (no CUDA, no network here); the trace meets the real "
+        "functions",
     },
 )
 """What stands in for what, listed in every record."""
 
+CUTE_DSL_COMPILE = ("cutlass.base_dsl.dsl", "BaseDSL", "_preprocess_and_replace_code")
+"""The first step of every CuTe DSL compile (``cute.compile`` and a direct ``@cute.jit`` call):
+the preprocessing of the ``@cute.jit`` function (module, class, static method)."""
 BOUNDARY_PACKAGES = ("cudnn", "cutlass", "cuda", "tvm_ffi", "nvidia", "triton")
 """Packages whose frames mean the call reached a kernel library (cuDNN, the CuTe DSL compiler,
 the CUDA driver bindings, the compiled-module loader, Triton)."""
@@ -211,10 +216,16 @@ def _reached(what: str) -> Any:
     return stop
 
 
+def _compile_reached(func: Any) -> None:
+    """The stand-in for ``CUTE_DSL_COMPILE``: KernelReached naming the ``@cute.jit`` function."""
+    raise KernelReached(f"CuTe DSL compile of {getattr(func, '__qualname__', func)}")
+
+
 @contextlib.contextmanager
 def kernel_boundary() -> Iterator[None]:
     """For an eager call: FlashInfer's kernel build (``run_ninja``) and cubin download
-    (``download_file``) raise ``KernelReached`` wherever a module imported them."""
+    (``download_file``) raise ``KernelReached`` wherever a module imported them, and so does a
+    CuTe DSL compile (``CUTE_DSL_COMPILE``) where the CuTe DSL is imported and has that step."""
     with contextlib.ExitStack() as stack:
         for module, name, what in (
             ("flashinfer.jit.cpp_ext", "run_ninja", "JIT build of"),
@@ -223,6 +234,12 @@ def kernel_boundary() -> Iterator[None]:
             original = getattr(sys.modules.get(module), name, None)
             if original is not None:
                 stack.enter_context(target.rebound(name, original, _reached(what)))
+        module, owner, name = CUTE_DSL_COMPILE
+        dsl = getattr(sys.modules.get(module), owner, None)
+        step = vars(dsl).get(name) if isinstance(dsl, type) else None
+        if isinstance(step, staticmethod):  # restored as the static method it is
+            stack.callback(setattr, dsl, name, step)
+            setattr(dsl, name, staticmethod(_compile_reached))
         yield
 
 
