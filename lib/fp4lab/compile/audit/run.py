@@ -147,9 +147,12 @@ def _run(
     fake: bool = True,
     walk: bool = True,
     package: str = "flashinfer",
+    one_graph_only: bool = False,
 ) -> tuple[eager.Eager | None, list[dict]]:
     """The trace rows (the chain when ``walk``), then the eager call (``walk`` only), on the same
-    inputs; a failure to build the inputs is the eager outcome, with no rows."""
+    inputs; a failure to build the inputs is the eager outcome, with no rows. With
+    ``one_graph_only`` the walk stops after its first trace and the eager call is made only where
+    that trace compiled (no eager outcome otherwise): what can make the verdict "one graph"."""
     with (
         simulation.simulated_cuda(sm),
         toolkit.installed(mode),
@@ -166,7 +169,11 @@ def _run(
 
         if not walk:
             return None, [trace.attempt(call, *args).as_record()]
-        rows = stages.walk_blocker_chain(call, *args, sm=sm, until="never", origins=REMEDIES)
+        first_only = {"max_steps": 1} if one_graph_only else {}
+        rows = stages.walk_blocker_chain(call, *args, sm=sm, until="never", origins=REMEDIES,
+                                         **first_only)  # fmt: skip
+        if one_graph_only and rows[0]["status"] != "compiled":
+            return None, rows
         return eager.call(fn, args, kwargs, package), rows
 
 
@@ -189,9 +196,11 @@ def audit(
     first, rows = _run(fn, build, sm, package=package)
     verdict, why = decide(first, rows[0] if rows else None, package)
     tensors = TENSORS[0]
-    if verdict == "undetermined on CPU" and rows:
-        on_cpu, cpu_rows = _run(fn, build, sm, fake=False, package=package)
-        cpu_verdict, cpu_why = decide(on_cpu, cpu_rows[0] if cpu_rows else None, package)
+    if verdict == "undetermined on CPU" and rows:  # only "one graph" on CPU tensors is kept
+        on_cpu, cpu_rows = _run(fn, build, sm, fake=False, package=package, one_graph_only=True)
+        cpu_verdict, cpu_why = (
+            decide(on_cpu, cpu_rows[0] if cpu_rows else None, package) if on_cpu else ("", "")
+        )
         if cpu_verdict == "one graph":
             verdict, why, tensors, first, rows = (
                 cpu_verdict, f"{cpu_why} (on CPU tensors; fake CUDA tensors: {why})",
