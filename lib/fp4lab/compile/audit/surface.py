@@ -20,9 +20,11 @@ module).
 from __future__ import annotations
 
 import functools
+import hashlib
 import importlib
 import inspect
 import json
+import os
 import re
 import subprocess
 import sys
@@ -34,6 +36,7 @@ from typing import Any
 import torch
 
 from fp4lab.compile import frames
+from fp4lab.core import paths
 
 _FP4 = re.compile(r"fp4", re.IGNORECASE)
 _LAYOUT = re.compile(r"shuffle|interleave|swizzle", re.IGNORECASE)
@@ -209,10 +212,21 @@ def discover(flashinfer: Any, errors: dict[str, str] | None = None) -> list[Entr
 
 @functools.cache
 def torch_namespaces() -> set[str]:
-    """The operator namespaces torch registers by itself (asked of a fresh interpreter)."""
+    """The operator namespaces torch registers by itself: asked of a fresh interpreter once per
+    torch install (its version and place), kept in build/cache/audit for the next process."""
+    install = f"{torch.__version__} {Path(torch.__file__).resolve()}"
+    key = hashlib.sha256(install.encode()).hexdigest()[:16]
+    kept = paths.build_dir() / "cache" / "audit" / f"torch-namespaces-{key}.json"
+    if kept.exists():
+        return set(json.loads(kept.read_text()))
     code = "import json, torch; print(json.dumps(sorted({n.split('::')[0] for n in torch._C._dispatch_get_all_op_names()})))"  # noqa: E501
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
-    return set(json.loads(out.stdout.strip().splitlines()[-1]))
+    found = json.loads(out.stdout.strip().splitlines()[-1])
+    kept.parent.mkdir(parents=True, exist_ok=True)
+    written = kept.with_name(f"{kept.name}.{os.getpid()}")  # whole or absent: another child reads
+    written.write_text(json.dumps(found))
+    written.replace(kept)
+    return set(found)
 
 
 def registered_ops(exclude: set[str] | None = None) -> list[EntryPoint]:
