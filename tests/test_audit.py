@@ -136,6 +136,20 @@ def test_the_kernel_boundary_stops_the_eager_call_at_flashinfers_jit_build():
     assert "/" not in found.kernel.removeprefix("JIT build of "), "no path of this machine"
 
 
+def test_the_kernel_boundary_stops_at_a_cute_dsl_compile_and_cpu_tensors_keep_one_graph():
+    from cutlass.base_dsl.dsl import BaseDSL
+
+    step = vars(BaseDSL)["_preprocess_and_replace_code"]
+    found = {e.name: e for e in surface.discover(target.flashinfer)}
+    row = child.audit_entry(found["rmsnorm_fp4quant"], (12, 0))
+    assert row["eager"]["outcome"] == "kernel", row["eager"]
+    assert row["eager"]["kernel"] == "CuTe DSL compile of RMSNormFP4QuantKernel.__call__"
+    assert vars(BaseDSL)["_preprocess_and_replace_code"] is step, "the static method is restored"
+    row = child.audit_entry(found["shuffle_matrix_a"], (12, 0))
+    assert (row["verdict"], row["tensors"]) == ("one graph", "cpu"), row["why"]
+    assert row["eager"]["outcome"] == "completed" and row["chain"][0]["status"] == "compiled"
+
+
 @pytest.mark.parametrize(
     ("name", "sm", "verdict", "outcome"),
     [
