@@ -20,6 +20,7 @@ from fp4lab.compile.audit import (
     child,
     eager,
     inputs,
+    mega_moe,
     moe_runners,
     rules,
     run,
@@ -219,10 +220,12 @@ SGLANG_NVFP4_MOE = [
     "trtllm_fp4_block_scale_routed_moe",
     "fused_moe.TrtllmFp4RoutedRunner.forward",
     "CuteDslMoEWrapper.run",
+    "moe_ep.MoEEpMegaLayer.forward",
 ]
 """The FlashInfer MoE entry points SGLang's NVFP4 MoE backends call (its layers/moe/moe_runner
 flashinfer_cutlass and flashinfer_trtllm, 0.5.3 on; flashinfer_cutedsl's ``CuteDslMoEWrapper``,
-0.5.11 on), and the unified runner of the same kernel."""
+0.5.11 on; layers/moe/flashinfer_megamoe's ``MoEEpMegaLayer``, 0.5.20 on), and the unified
+runner of the same kernel."""
 
 
 @pytest.mark.parametrize("sm", [(12, 0), (10, 0)])
@@ -240,6 +243,8 @@ def test_every_moe_runner_sglang_uses_for_nvfp4_gets_an_eager_checked_verdict(sm
     ), "the backend config FlashInfer's MoELayer maps to the runner"
     wrapper = found["CuteDslMoEWrapper.run"]
     assert wrapper.form == "method" and wrapper.reason == "MoE entry point documented for FP4"
+    mega = child.call_for(found["moe_ep.MoEEpMegaLayer.forward"], sm)
+    assert mega_moe.CONFIG in mega.notes[0], "built with the kernel config SGLang uses for NVFP4"
 
 
 def test_a_moe_wrapper_is_fp4_by_its_run_methods_documentation():

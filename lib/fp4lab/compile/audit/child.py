@@ -20,7 +20,7 @@ import warnings
 from pathlib import Path
 
 from fp4lab.compile import target
-from fp4lab.compile.audit import inputs, moe_runners, run, simulation, surface
+from fp4lab.compile.audit import inputs, mega_moe, moe_runners, run, simulation, surface
 from fp4lab.compile.matrix.child import installed_packages
 
 
@@ -33,6 +33,8 @@ def call_for(entry: surface.EntryPoint, sm: tuple[int, int]) -> inputs.Call:
     """The call an entry point is audited with on ``sm`` (SpecError: no inputs for it)."""
     if entry.form == "op":
         return inputs.for_schema(entry.fn, entry.name, entry.kind)
+    if entry.form == "method" and mega_moe.is_mega_layer(entry.owner):
+        return mega_moe.for_layer(entry.owner, entry.name.rsplit(".", 1)[1], entry.name)
     if entry.form == "method" and moe_runners.is_runner(entry.owner):
         return moe_runners.for_runner(entry.owner, entry.name.rsplit(".", 1)[1], entry.name)
     if entry.form == "method":

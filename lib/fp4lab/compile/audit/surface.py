@@ -1,4 +1,5 @@
-"""FlashInfer's public FP4 surface, found by inspecting the installed package (nothing listed by hand).
+"""FlashInfer's public FP4 surface, found by inspecting the installed package (listed by hand only
+in ``BY_USE``: what SGLang's NVFP4 code builds that the package itself does not call FP4).
 
 Three forms (``FORMS``):
 
@@ -12,9 +13,9 @@ Three forms (``FORMS``):
 
 An entry is FP4 when its name holds ``fp4`` (``nvfp4``, ``mxfp4``, ``mm_fp4``, ...), when it is a
 MoE entry whose documentation names FP4 (a wrapper class's own or its run method's: e.g.
-``CuteDslMoEWrapper.run`` takes "packed NVFP4 input"), or when it is a scale-layout helper (a
+``CuteDslMoEWrapper.run`` takes "packed NVFP4 input"), when it is a scale-layout helper (a
 ``shuffle`` / ``interleave`` / ``swizzle`` name that handles scale factors or lives in an FP4
-module).
+module), or when it is a class ``BY_USE`` names.
 """
 
 from __future__ import annotations
@@ -53,6 +54,12 @@ RUN_METHODS = ("run", "forward", "__call__")
 """The method of a wrapper class that a forward pass calls, in the order looked for."""
 OWN_NAMESPACES = ("fp4lab", "fp4lab_test")
 """Operator namespaces of this project (never FlashInfer's)."""
+BY_USE = {
+    "moe_ep.MoEEpMegaLayer": "SGLang 0.5.20+ layers/moe/flashinfer_megamoe.py builds it for NVFP4 "
+    "with moe_ep.Nvfp4CutedslMegaMoeConfig",
+}
+"""FP4 classes whose own name and documentation do not say FP4 but that SGLang's NVFP4 code
+builds (public name: where it came from); ``mega_moe`` builds them as SGLang does."""
 
 
 @dataclass(frozen=True)
@@ -174,7 +181,11 @@ def entry_of(name: str, package: str, obj: Any) -> EntryPoint | None:
     if inspect.isclass(obj):
         method = run_method(obj)
         fn = getattr(obj, method, None) if method else None
-        reason = why_fp4(leaf, obj) or why_fp4(leaf, fn)
+        reason = (
+            why_fp4(leaf, obj)
+            or why_fp4(leaf, fn)
+            or ("built by SGLang's NVFP4 code" if public in BY_USE else None)
+        )
         if not reason or fn is None or not takes_tensor(fn):
             return None
         return EntryPoint(f"{public}.{method}", module, kind_of(name, package), reason, fn,
