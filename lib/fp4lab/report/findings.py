@@ -99,6 +99,18 @@ def _sglang_line() -> str:
 _PARAM = re.compile(r"(\w+): ")
 
 
+def _models_line() -> str:
+    """Notebook 14's decision and, per model and SM, its timeline sentence."""
+    label = "Each built-in FP4 model in SGLang's piecewise runner, every release x SM"
+    head = _summary_line("14_fp4_model_matrix", label)
+    rows = _latest("14_fp4_model_matrix", "summary")
+    if not rows:
+        return head
+    per = " ".join(f"{name} {t['sentence']}" for name, sms in rows[-1]["values"]["timelines"].items()
+                   for t in sms.values())  # fmt: skip
+    return f"{head} Per model and SM: {per}"
+
+
 def _audit_unspecified_line(sm: str = "12.0") -> str:
     """Notebook 12's entry points left without an input spec (newest version, ``sm``), each with
     the parameters nothing gave a spec for, read from their records."""
@@ -126,6 +138,7 @@ def findings() -> str:
         _story_line(),
         _matrix_line(),
         _sglang_line(),
+        _models_line(),
         _summary_line("12_fp4_api_audit", "FlashInfer's FP4 API under fullgraph=True"),
         _audit_unspecified_line(),
         _summary_line("06_nvfp4_kernels", "FP4 kernels"),
