@@ -103,11 +103,19 @@ def test_a_stop_where_eager_also_fails_at_a_missing_kernel_is_not_blamed_on_the_
               "fix": {"steps": [stop], "parts": [], "compiles": False}}  # fmt: skip
     ran = decide.cell("0.5.9", "12.0", {**replay, "eager_release": {"status": "compiled"}})
     assert ran["outcome"] == "blocked" and ran["blocked_at"].startswith("sglang/srt/layers/moe")
-    missing = {"status": "runtime_error", "message": "no attribute 'topk_softmax'",
+    missing = {"status": "runtime_error",
+               "message": "'_OpNamespace' 'sgl_kernel' object has no attribute 'topk_softmax'",
                "frames": ["sgl_kernel/moe.py:47:topk_softmax", "torch/_ops.py:1392:__getattr__"]}  # fmt: skip
     gap = decide.cell("0.5.9", "12.0", {**replay, "eager_release": missing})
     assert gap["outcome"] == "not measured" and "topk_softmax" in gap["note"]
-    assert gap["harness_frame"] == "sgl_kernel/moe.py:47:topk_softmax: no attribute 'topk_softmax'"
+    assert gap["harness_frame"] == (
+        "sgl_kernel/moe.py:47:topk_softmax: '_OpNamespace' 'sgl_kernel' object has no attribute "
+        "'topk_softmax'")  # fmt: skip
+    refused = {**missing, "message": "Unknown keyword argument 'topk_indices' for operator "
+               "'sglang::unified_attention_with_output'",
+               "frames": ["torch/nn/modules/module.py:1789:_call_impl", "torch/_ops.py:1243:__call__"]}  # fmt: skip
+    own = decide.cell("0.5.6", "12.0", {**replay, "eager_release": refused})
+    assert own["outcome"] == "blocked", "an op's own schema refusing an argument is the release's"
 
 
 @pytest.mark.environments

@@ -170,17 +170,22 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
 
 
 KERNEL_BOUNDARIES = ("torch/_ops.py:", "sgl_kernel/")
-"""Frames where an eager call meets a compiled kernel: a failure there on a CPU is a kernel the
-replay does not stand in for, not the release's code."""
+"""Frames where an eager call meets a compiled kernel."""
+
+MISSING_KERNEL_WORDS = ("has no attribute", "Could not run", "not implemented for")
+"""What torch says where an op has no kernel here (an op namespace without the op, no CPU
+kernel); any other failure at the boundary (an op's schema refusing an argument) is the
+release's own."""
 
 
 def missing_kernel(eager: dict) -> str | None:
-    """The eager pass's failure where it stopped at a kernel boundary: its last frame and
-    message, or None (it ran, or failed in the release's own code)."""
+    """The eager pass's failure where it stopped at a kernel boundary for want of a kernel: its
+    last frame and message, or None (it ran, or failed in the release's own code)."""
     stack = eager.get("frames") or []
-    if eager.get("status") != "runtime_error" or not any(
-        f.startswith(KERNEL_BOUNDARIES) for f in stack[-2:]
-    ):
+    said = str(eager.get("message") or "")
+    if (eager.get("status") != "runtime_error"
+            or not any(f.startswith(KERNEL_BOUNDARIES) for f in stack[-2:])
+            or not any(w in said for w in MISSING_KERNEL_WORDS)):  # fmt: skip
         return None
     return f"{stack[-2] if len(stack) > 1 else stack[-1]}: {eager.get('message')}"
 
