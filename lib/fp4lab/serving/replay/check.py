@@ -21,15 +21,9 @@ from fp4lab.serving.replay import decide, env, models, study, versions
 
 
 def blocker_lines(replay: dict) -> list[str]:
-    """One line per trace blocker the patch walk met: its frame, dynamo's graph-break code and
-    the first line of dynamo's message."""
-    lines = []
-    for step in replay.get("fix", {}).get("steps", []):
-        if step.get("status") != "unsupported":
-            continue
-        code = f" [{step['graph_break']}]" if step.get("graph_break") else ""
-        lines.append(f"  blocker at {step.get('blocker_frame')}{code}: {step.get('message')}")
-    return lines
+    """One line per trace blocker (``decide.blocker_frames``)."""
+    return [f"  blocker at {decide.blocker_text(b)}: {b['message']}"
+            for b in decide.blocker_frames(replay)]  # fmt: skip
 
 
 def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[dict, list[str]]:
@@ -87,7 +81,7 @@ def main(argv: list[str]) -> int:
         params.choice("--sglang", args.sglang, versions.VERSIONS)
         params.choice("--sm", args.sm, tuple(versions.SMS))
         model = models.read(args.config)
-        trace = study.check_patch_folder(args.trace_dir, "--trace-dir") if args.trace_dir else None
+        trace = study.check_folder(args.trace_dir, "--trace-dir") if args.trace_dir else None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

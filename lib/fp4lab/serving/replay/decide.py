@@ -28,6 +28,19 @@ BLOCKERS = {
 """What the blocker each patch part removes is, in words."""
 
 
+def blocker_frames(replay: dict) -> list[dict]:
+    """Each trace blocker the patch walk met: its frame, dynamo's graph-break code, its message."""
+    return [{"frame": s.get("blocker_frame"), "graph_break": s.get("graph_break"),
+             "message": s.get("message")}
+            for s in replay.get("fix", {}).get("steps", []) if s.get("status") == "unsupported"]  # fmt: skip
+
+
+def blocker_text(blocker: dict) -> str:
+    """A blocker of ``blocker_frames`` as its frame and dynamo's graph-break code."""
+    code = blocker["graph_break"]
+    return f"{blocker['frame']}" + (f" [{code}]" if code else "")
+
+
 def blockers(chain: list[dict]) -> list[str]:
     """The story's signatures met in a chain, in order."""
     return [r["signature"] for r in chain if r["signature"] in STORY_SIGNATURES]

@@ -37,12 +37,9 @@ def prepare(model_names: list[str] | str, sglang_versions: list[str] | str,
 def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[dict]) -> dict:
     """One decision row: ``decide.cell`` with the model, its blockers' frames and graph-break
     codes, and the names of what stood in."""
-    steps = replay.get("fix", {}).get("steps", [])
     return {"model": model.name, "architecture": model.architecture,
             "quantization": model.quantization, **decide.cell(version, sm, replay, calls),
-            "blocker_frames": [{"frame": s.get("blocker_frame"), "graph_break": s.get("graph_break"),
-                                "message": s.get("message")} for s in steps
-                               if s.get("status") == "unsupported"],
+            "blocker_frames": decide.blocker_frames(replay),
             "standins": sorted({s["name"] for s in replay.get("standins", [])})}  # fmt: skip
 
 

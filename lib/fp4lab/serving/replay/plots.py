@@ -119,8 +119,7 @@ def matrix_table(rows: list[dict]) -> object:
     return pd.DataFrame([
         {"model": r["model"], "sglang_version": r["sglang_version"], "sm": r["sm"],
          "outcome": r["outcome"], "flag": r["flag"],
-         "blockers": "; ".join(f"{b['frame']}" + (f" [{b['graph_break']}]" if b["graph_break"] else "")
-                               for b in r["blocker_frames"]) or "-",
+         "blockers": "; ".join(map(decide.blocker_text, r["blocker_frames"])) or "-",
          "patch": ", ".join(r["patch"]) or "-", "compiles_with_patch": r["compiles_with_patch"],
          "why": r["why_short"]} for r in rows
     ]).fillna("-")  # fmt: skip

@@ -202,7 +202,7 @@ def verdict(rows: list[dict]) -> str:
     return "\n".join(lines) or "no release could be measured"
 
 
-def check_patch_folder(folder: str, option: str = "--write-patch") -> Path:
+def check_folder(folder: str, option: str = "--write-patch") -> Path:
     """A folder fp4lab writes into: absent or a folder, never a file."""
     path = Path(folder)
     if path.exists() and not path.is_dir():
@@ -269,7 +269,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params.choice("--sglang", args.sglang, versions.VERSIONS)
         params.choice("--sm", args.sm, tuple(versions.SMS))
-        folder = check_patch_folder(args.write_patch)
+        folder = check_folder(args.write_patch)
         model = models.read(args.config) if args.config else None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
