@@ -17,7 +17,7 @@ import pytest
 
 from fp4lab.compile import frames
 from fp4lab.core import paths
-from fp4lab.serving.replay import decide, matrix, models, study
+from fp4lab.serving.replay import decide, matrix, models, study, versions
 
 
 def _check(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -144,25 +144,33 @@ def test_qwen3_moe_nvfp4_is_replayed_through_a_real_releases_runner(tmp_path):
 
 
 @pytest.mark.environments
-def test_14_replays_a_model_of_the_set_and_records_its_cell(run_notebook):
-    """Notebook 14, small: Llama-3.3-70B NVFP4 on SGLang 0.5.9 for SM12.0, one decision record
-    with the model, its blocker's frame and graph-break code, the patch that fixes it, and the
-    figure; a bad model name is refused by name first."""
+def test_14_replays_two_models_per_release_process_and_records_each_cell(run_notebook):
+    """Notebook 14, small: Llama-3.3-70B and Qwen3-235B-A22B (NVFP4) on SGLang 0.5.9 and 0.5.16
+    for SM12.0, both models in one process per release: on 0.5.9 each is blocked at FlashInfer's
+    quantize JIT and fixed by the patch (the patch loaded for the first model never reaches the
+    second, which its fork keeps apart); on 0.5.16 each compiles as released. One decision record
+    per cell with its blocker's frame and graph-break code; a bad model name is refused first."""
     with pytest.raises(ValueError, match="models contains 'llama-70b'; allowed values: "):
         matrix.prepare(["llama-70b"], "0.5.9", ["12.0"])
-    found, _ = run_notebook(matrix.NAME, models=["llama-3.3-70b-nvfp4"],
-                            sglang_versions=["0.5.9"], sms=["12.0"])  # fmt: skip
-    [cell] = [r["values"] for r in found if r["kind"] == "decision"]
-    assert (cell["model"], cell["architecture"], cell["outcome"]) == (
-        "llama-3.3-70b-nvfp4",
-        "LlamaForCausalLM",
-        "blocked",
-    )
-    assert cell["blocker_frames"][0]["frame"].startswith("flashinfer/jit/")
-    assert cell["blocker_frames"][0]["graph_break"] == "GB0007"
-    assert cell["patch"] == ["fp4_quantize_op"] and cell["compiles_with_patch"] is True
-    assert "attention_backend" in cell["standins"]
+    names = ["llama-3.3-70b-nvfp4", "qwen3-235b-a22b-nvfp4"]
+    found, _ = run_notebook(matrix.NAME, models=names, sglang_versions=list(versions.TEST_VERSIONS),
+                            sms=["12.0"])  # fmt: skip
+    cells = {(r["values"]["model"], r["values"]["sglang_version"]): r["values"]
+             for r in found if r["kind"] == "decision"}  # fmt: skip
+    assert sorted(cells) == sorted((n, v) for n in names for v in versions.TEST_VERSIONS)
+    for name in names:
+        blocked, compiles = cells[name, "0.5.9"], cells[name, "0.5.16"]
+        assert (blocked["outcome"], blocked["patch"], blocked["compiles_with_patch"]) == (
+            "blocked", ["fp4_quantize_op"], True), blocked["note"]  # fmt: skip
+        assert blocked["blocker_frames"][0]["frame"].startswith("flashinfer/jit/")
+        assert blocked["blocker_frames"][0]["graph_break"] == "GB0007"
+        assert (compiles["outcome"], compiles["equals_eager"], compiles["patch"]) == (
+            "compiles", True, []), compiles["note"]  # fmt: skip
+        assert "attention_backend" in blocked["standins"]
+    assert cells["llama-3.3-70b-nvfp4", "0.5.9"]["architecture"] == "LlamaForCausalLM"
     [summary] = [r["values"] for r in found if r["kind"] == "summary"]
-    assert summary["verdict"] == "BLOCKED" and summary["number"].startswith("1 of 1 reachable")
+    assert summary["verdict"] == "PARTLY BLOCKED" and summary["number"].startswith(
+        "2 of 4 reachable"
+    )
     assert "llama-3.3-70b-nvfp4 SM12.0: 0.5.9 blocked" in summary["headline"]
     assert (paths.figures_dir() / f"{matrix.NAME}.png").is_file()

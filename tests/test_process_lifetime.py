@@ -12,7 +12,7 @@ import time
 
 import pytest
 
-from fp4lab.core import process, records
+from fp4lab.core import forks, process, records
 
 pytestmark = pytest.mark.skipif(sys.platform != "linux", reason="parent-death signals are Linux's")
 
@@ -155,3 +155,28 @@ def test_torchrun_and_its_ranks_die_with_a_harness_killed_by_sigkill(tmp_path, r
     left = _gone(tree)
     reliability(_kill_row("SIGKILL to the harness of torchrun and 2 ranks", left))
     assert left == [], "torchrun or a rank outlived the harness"
+
+
+def test_a_fork_passes_its_result_back_and_keeps_its_changes_to_itself(tmp_path):
+    """``process.forked``: the fork's dict comes back, what it changed stays in the fork; a fork
+    that raises, or outlives its timeout (then killed), says how it ended instead."""
+    state = {"patched": False}
+
+    def work() -> dict:
+        state["patched"] = True
+        return {"pid": os.getpid(), "patched": state["patched"]}
+
+    got = forks.forked(work, tmp_path / "one.json", 30)
+    assert got["patched"] is True and got["pid"] != os.getpid()
+    assert state["patched"] is False, "the fork's change never reached this process"
+
+    def fails() -> dict:
+        raise RuntimeError("harness bug")
+
+    assert forks.forked(fails, tmp_path / "two.json", 30) == {
+        "error": "the fork exited with code 1 before writing its result"
+    }
+    started = time.monotonic()
+    hung = forks.forked(lambda: time.sleep(60) or {}, tmp_path / "three.json", 1)
+    assert hung == {"error": "the fork timed out after 1 s and was killed"}
+    assert time.monotonic() - started < 10

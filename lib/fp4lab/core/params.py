@@ -7,6 +7,7 @@ value stops the run before any heavy work starts.
 from __future__ import annotations
 
 from collections.abc import Collection, Iterable
+from pathlib import Path
 
 import torch
 
@@ -118,3 +119,11 @@ def device(name: str, value: str) -> torch.device:
     if value == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
     return torch.device(value)
+
+
+def folder(name: str, value: str) -> Path:
+    """A folder fp4lab writes into, given as option ``name``: absent or a folder, never a file."""
+    path = Path(value)
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{name}={value!r} is a file; allowed values: a folder path")
+    return path

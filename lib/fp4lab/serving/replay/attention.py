@@ -77,14 +77,32 @@ class AttentionBackend:
 
 
 class KVPool:
-    """In place of the DSA KV pool: the indexer's key cache write is accepted (nothing reads it
-    back in one extend batch from an empty cache)."""
+    """In place of the release's KV pools, for one extend batch from an empty cache (nothing is
+    read back): the DSA indexer's key cache write is accepted, and the K and V buffers a fused
+    RoPE + KV-cache write fills (Qwen3 and gpt-oss, where the pool's dtype is bf16) are CPU
+    tensors of the KV cache's dtype, made per layer when first asked for."""
 
-    def __init__(self, page_size: int) -> None:
-        self.page_size = page_size
+    ROWS = 256
+    """Cache slots per layer: more than the runner's largest warm-up batch."""
+
+    def __init__(self, page_size: int, dtype: torch.dtype, kv_heads: int, head_dim: int) -> None:
+        self.page_size, self.dtype = page_size, dtype
+        self.shape = (self.ROWS, kv_heads, head_dim)
+        self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 
     def set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale) -> None:
         return None
+
+    def _layer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if layer_id not in self.buffers:
+            self.buffers[layer_id] = tuple(torch.zeros(self.shape, dtype=self.dtype) for _ in "kv")
+        return self.buffers[layer_id]
+
+    def get_key_buffer(self, layer_id: int) -> torch.Tensor:
+        return self._layer(layer_id)[0]
+
+    def get_value_buffer(self, layer_id: int) -> torch.Tensor:
+        return self._layer(layer_id)[1]
 
 
 ATTENTION = record(
@@ -96,5 +114,6 @@ ATTENTION = record(
 
 
 KV_POOL = record("dsa_kv_pool", "forward_batch.token_to_kv_pool",
-                  "the DSA KV pool needs GPU memory pools; the indexer's key write is accepted "
-                  "and dropped (one extend batch from an empty cache reads nothing back)")  # fmt: skip
+                  "the KV pools need GPU memory pools; the DSA indexer's key write is accepted "
+                  "and dropped, a fused RoPE + KV write fills CPU buffers (one extend batch from "
+                  "an empty cache reads nothing back)")  # fmt: skip

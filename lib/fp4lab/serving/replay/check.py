@@ -4,7 +4,7 @@
 
 The config (``config.json`` or its folder, with ``hf_quant_config.json`` where the checkpoint has
 one) is read and checked before anything is built (``models.read``); the release's own model
-class is built from its tiny form and replayed (``study.child``); the answer says the outcome, the
+class is built from its tiny form and replayed (``study.replay_one``); the answer says the outcome, the
 blocker frames with dynamo's graph-break code, the flag a user passes and whether fp4lab's patch
 fixes it. ``--trace-dir`` keeps dynamo's structured trace (TORCH_TRACE) for tlparse.
 """
@@ -16,7 +16,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from fp4lab.core import params, paths, venvs
+from fp4lab.core import params
 from fp4lab.serving.replay import decide, env, models, study, versions
 
 
@@ -58,8 +58,7 @@ def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
         progress(f"error: sglang=={version}: {built.error}")
         return 1
     extra = (("TORCH_TRACE", str(trace_dir.resolve())),) if trace_dir else ()
-    one = study.child(version, sm, ["unset"], False, model, extra)
-    [found] = venvs.run_children([one], paths.build_dir() / study.LOGS, study.CHILD_TIMEOUT_S)
+    found = study.replay_one(version, sm, model, env_vars=extra)
     row, lines = answer(model, version, sm, found)
     for line in lines:
         progress(line)
@@ -81,7 +80,7 @@ def main(argv: list[str]) -> int:
         params.choice("--sglang", args.sglang, versions.VERSIONS)
         params.choice("--sm", args.sm, tuple(versions.SMS))
         model = models.read(args.config)
-        trace = study.check_folder(args.trace_dir, "--trace-dir") if args.trace_dir else None
+        trace = params.folder("--trace-dir", args.trace_dir) if args.trace_dir else None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2

@@ -1,22 +1,24 @@
-"""Inside one SGLang environment: the release's own model through its piecewise runner, on one SM.
+"""Inside one SGLang environment: the release's own models through its piecewise runner, on one SM.
 
-    python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES STORY CHECKPOINT
+    python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES MODE CHECKPOINT...
 
-The release's class of the tiny CHECKPOINT folder (``models.write_tiny``; GLM-5's
-``GlmMoeDsaForCausalLM`` in the story) is built for a simulated GPU of SM (``model.build``) and
-its piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunner`` does:
+The release is imported once for a simulated GPU of SM (``model.imported``); then, in a fork of
+that process per tiny CHECKPOINT folder (``models.write_tiny``; GLM-5's ``GlmMoeDsaForCausalLM``
+in the story), the release's class is built (``model.build``) and its piecewise runner is driven
+on it (``runner.drive``), as the server's ``ModelRunner`` does:
 
 * **eager**: the runner without ``install_torch_compiled``, on the release's code: what runs
   before any compile is blamed;
-* **chain**: the story's blocker chain through the runner, each blocker removed by its staged
-  remedy (``compile.stages``), stopping at the JIT's file I/O, a compiled model or a blocker
-  with none; with STORY, the story's ``torch.compiler.disable`` patch on top, and the first
-  blocker once for each value of CUDA_HOME in CUDA_HOMES (``unset`` or a path);
+* **chain** (MODE ``chain`` or ``story``): the story's blocker chain through the runner, each
+  blocker removed by its staged remedy (``compile.stages``), stopping at the JIT's file I/O, a
+  compiled model or a blocker with none; with ``story``, the story's ``torch.compiler.disable``
+  patch on top, and the first blocker once for each value of CUDA_HOME in CUDA_HOMES (``unset``
+  or a path);
 * **fix**: the user's patch (``patch.PARTS``), written as the plugin file and imported, one part
   added for each blocker it removes, until the model compiles or a blocker has no part; then the
   same runner eagerly with the same patch, and the logits of both compared.
 
-CUDA_HOMES is comma-separated; STORY is ``story`` or ``-``.
+CUDA_HOMES is comma-separated. OUT holds ``replays``, one per CHECKPOINT in order.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from typing import Any
 import torch
 
 from fp4lab.compile import fix, frames, stages, target
-from fp4lab.core import evidence, paths, probe
+from fp4lab.core import evidence, forks, paths, probe
 from fp4lab.serving.replay import facts, model, models, patch, plugin, quantize, runner
 from fp4lab.serving.replay.flags import user_flags
 
@@ -183,48 +185,78 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
             "frames": data["frames"][-6:], "kernel": ran.kernel}  # fmt: skip
 
 
-def replay(
-    sm: tuple[int, int], cuda_homes: list[str], story: bool, out: Path, checkpoint: Path
-) -> dict:
-    """Everything measured for the release on ``sm`` (see the module docstring)."""
+MODES = ("story", "chain", "patch")
+"""What a replay walks: ``patch`` the eager pass and the user's patch (the blockers, the fix);
+``chain`` also the story's blocker chain; ``story`` also the story's own patch and each
+CUDA_HOME."""
+
+MODEL_TIMEOUT_S = 480
+"""The longest one model's replay (its fork) may take."""
+
+
+def replay_all(sm: tuple[int, int], cuda_homes: list[str], mode: str, out: Path,
+               checkpoints: list[Path]) -> list[dict]:  # fmt: skip
+    """Each checkpoint's replay (``replay``), the release imported once and each model built and
+    driven in a fork of this process, so no model's patch reaches the next."""
     os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
     os.environ.setdefault(
         "SGLANG_JIT_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang" / "jit")
     )
     probe.machine()  # probed before torch is made to claim a GPU
+    try:
+        with model.imported(sm) as release:
+            return [forks.forked(lambda c=c: replay(release, cuda_homes, mode, out, c),
+                                   out.with_name(f"{out.stem}-{i}.json"), MODEL_TIMEOUT_S)
+                    for i, c in enumerate(checkpoints)]  # fmt: skip
+    except Exception as exc:  # recorded per model: the release failed to import here
+        return [build_failed(exc, models.read(c).architecture) for c in checkpoints]
+
+
+def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
+           checkpoint: Path) -> dict:  # fmt: skip
+    """Everything ``mode`` asks for, measured for the release's model of ``checkpoint`` (see the
+    module docstring); in a process of its own."""
+    torch.set_num_threads(1)  # the importing process's thread pool is not in its fork
+    sm = release.sm
     found: dict[str, Any] = {}
     architecture = models.read(checkpoint).architecture  # before a fallback class rewrites it
     try:
-        built = model.build(sm, checkpoint)
+        built = model.build(release, checkpoint)
     except Exception as exc:  # recorded: the exact obstacle on this machine
-        failed = failure(exc)
-        found["build_error"], found["build_frames"] = failed["error"], failed["frames"]
-        chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
-        found["facts"] = {"quantize": {k: v for k, v in chosen.items() if k != "callable"}}
-        found["refused_by_release"] = isinstance(exc, ValueError) and any(
-            f.startswith(("sglang/srt/layers/quantization/", "sglang/srt/model_loader/"))
-            for f in found["build_frames"][-2:]
-        )
-        found["model_absent"] = str(exc) if isinstance(exc, model.ModelAbsent) else None
-        return found | release_rules(architecture)
+        return build_failed(exc, architecture)
     found |= {"facts": built.facts, "standins": built.standins,
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
     flags, how = user_flags(
         facts.piecewise_options(), facts.auto_disabled(architecture)["disabled"], architecture
     )
     if flags is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
-        return found | {"not_driven": how} | release_rules(architecture)
+        return found | {"not_driven": how} | facts.release_rules(architecture)
     found["standins"] = [*built.standins, *runner.standins(built)]
     try:
         with torch.no_grad():
             found["eager_release"] = eager_release(built, sm)
-            found["chain"] = walk(built, sm, story)
-            if story:
+            if mode != "patch":
+                found["chain"] = walk(built, sm, mode == "story")
+            if mode == "story":
                 found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
             found["fix"] = fix_walk(built, sm, _version(), out)
     except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
         found["harness_error"] = failure(exc)
-    return found | release_rules(architecture)
+    return found | facts.release_rules(architecture)
+
+
+def build_failed(exc: Exception, architecture: str) -> dict:
+    """A model the release's code did not build (or import) here: the obstacle, whether the
+    release itself refused it or lacks its class, and the release's rules."""
+    failed = failure(exc)
+    chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
+    return {"build_error": failed["error"], "build_frames": failed["frames"],
+            "facts": {"quantize": {k: v for k, v in chosen.items() if k != "callable"}},
+            "refused_by_release": isinstance(exc, ValueError) and any(
+                f.startswith(("sglang/srt/layers/quantization/", "sglang/srt/model_loader/"))
+                for f in failed["frames"][-2:]),
+            "model_absent": str(exc) if isinstance(exc, model.ModelAbsent) else None,
+            } | facts.release_rules(architecture)  # fmt: skip
 
 
 def failure(exc: BaseException) -> dict:
@@ -237,18 +269,6 @@ def failure(exc: BaseException) -> dict:
             "frames": where[-8:], "harness_frame": ours[-1] if ours else None}  # fmt: skip
 
 
-def release_rules(architecture: str) -> dict:
-    """The release's own rules for ``architecture``: its piecewise options, its auto-disable
-    rule, the lowest SM its NVFP4 config accepts."""
-    found: dict[str, Any] = {"min_capability": facts.min_capability()}
-    try:
-        found["piecewise_options"] = facts.piecewise_options()
-        found["auto_disabled"] = facts.auto_disabled(architecture)
-    except Exception as exc:  # recorded: the parser could not be built here
-        found["piecewise_options_error"] = f"{type(exc).__name__}: {exc}"
-    return found
-
-
 def _version() -> str:
     import sglang
 
@@ -256,18 +276,18 @@ def _version() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) != 6 or argv[1] != "replay":
-        print("usage: python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES STORY "
-              "CHECKPOINT", file=sys.stderr)  # fmt: skip
+    if len(argv) < 6 or argv[1] != "replay" or argv[4] not in MODES:
+        print(f"usage: python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES "
+              f"{{{'|'.join(MODES)}}} CHECKPOINT...", file=sys.stderr)  # fmt: skip
         return 2
-    out, _, sm, cuda_homes, story, checkpoint = argv
+    out, _, sm, cuda_homes, mode, *checkpoints = argv
     warnings.simplefilter("ignore")
     major, minor = (int(p) for p in sm.split("."))
-    found = replay((major, minor), cuda_homes.split(","), story == "story", Path(out),
-                   Path(checkpoint))  # fmt: skip
-    found.update(python=platform.python_version(), torch=torch.__version__,
-                 flashinfer=getattr(target.flashinfer, "__version__", None),
-                 import_staging=target.IMPORT_STAGING)  # fmt: skip
+    found = {"replays": replay_all((major, minor), cuda_homes.split(","), mode, Path(out),
+                                   [Path(c) for c in checkpoints]),
+             "python": platform.python_version(), "torch": torch.__version__,
+             "flashinfer": getattr(target.flashinfer, "__version__", None),
+             "import_staging": target.IMPORT_STAGING}  # fmt: skip
     Path(out).write_text(json.dumps(found, default=str))
     return 0
 

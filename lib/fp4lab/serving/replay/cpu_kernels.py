@@ -91,11 +91,32 @@ def rope_inplace(q, k, cache, positions, *, is_neox: bool, rope_dim: int = 0) ->
         rope(positions, x, x.shape[-1], cache, is_neox)
 
 
+def rope_inplace_with_kvcache(
+    q, k, v, k_cache, v_cache, cache, positions, out_loc, *, is_neox: bool, rope_dim: int = 0
+) -> None:
+    """SGLang's JIT fused rotary + KV-cache store: the rotary above, then the rotated k and the
+    v written into the caches' rows ``out_loc``."""
+    rope_inplace(q, k, cache, positions, is_neox=is_neox, rope_dim=rope_dim)
+    rows = out_loc.long()
+    k_cache[rows] = k.reshape(rows.numel(), *k_cache.shape[1:]).to(k_cache.dtype)
+    v_cache[rows] = v.reshape(rows.numel(), *v_cache.shape[1:]).to(v_cache.dtype)
+
+
 def rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave=False, enable_pdl=False):
     for source, into in ((q, q_rope), (k, k_rope)):
         rotated = source.clone()
         rope(pos_ids, rotated, source.shape[-1], cache, not interleave)
         into.copy_(rotated)
+
+
+def rope_pos_ids_with_kv_cache(q, k, q_rope, k_rope, cache, pos_ids, v, k_buffer, v_buffer,
+                               kv_cache_loc, interleave=False, enable_pdl=False) -> None:  # fmt: skip
+    """SGLang's JIT rotary by position ids with its KV-cache store (0.5.9-0.5.12): the rotary
+    above, then the rotated k and the v written into the buffers' rows ``kv_cache_loc``."""
+    rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave, enable_pdl)
+    rows = kv_cache_loc.long()
+    k_buffer[rows] = k_rope.reshape(rows.numel(), *k_buffer.shape[1:]).to(k_buffer.dtype)
+    v_buffer[rows] = v.reshape(rows.numel(), *v_buffer.shape[1:]).to(v_buffer.dtype)
 
 
 def rope_pos_ids_kv(q, k, q_rope, k_rope, cache, pos_ids, interleave, enable_pdl, *kv_write):

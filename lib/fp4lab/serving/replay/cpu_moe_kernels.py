@@ -37,14 +37,27 @@ def triton_router(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_e
                    renormalize=True, routed_scaling_factor=1.0,
                    apply_routed_scaling_factor_on_output=False, moe_softcapping=0.0,
                    num_expert_group=1, topk_group=1, **triton_only: Any):  # fmt: skip
-    """SGLang's Triton router (0.5.16 on) by SGLang's own torch grouped top-k, for sigmoid scores,
-    behind the stood-in ``sgl_kernel::moe_fused_gate`` op: one opaque node while traced, as a
-    kernel launch is (fp4lab's Python never enters the trace)."""
+    """SGLang's Triton router (0.5.16 on): sigmoid scores by SGLang's own torch grouped top-k
+    behind the stood-in ``sgl_kernel::moe_fused_gate`` op, softmax scores (one group, no fused
+    shared expert) by the stood-in ``sgl_kernel::topk_softmax`` op: one opaque node while
+    traced, as a kernel launch is (fp4lab's Python never enters the trace)."""
     extras = [k for k, v in triton_only.items()
               if v is not None and not (isinstance(v, (bool, int, float)) and not v)]  # fmt: skip
+    if (
+        scoring_func == "softmax"
+        and num_expert_group <= 1
+        and not num_fused_shared_experts
+        and not extras
+    ):
+        weights = torch.empty(scores.shape[0], topk, dtype=torch.float32)
+        ids = torch.empty(scores.shape[0], topk, dtype=torch.int32)
+        torch.ops.sgl_kernel.topk_softmax(weights, ids, scores, renormalize, moe_softcapping, bias)
+        scale = routed_scaling_factor or 1.0
+        return (weights * scale if apply_routed_scaling_factor_on_output else weights), ids
     if scoring_func != "sigmoid" or not renormalize or moe_softcapping or extras:
         raise NotImplementedError("fp4lab's router reference covers renormalized sigmoid routing "
-                                  f"only (asked: {scoring_func}, extras {extras})")  # fmt: skip
+                                  f"and one-group softmax routing only (asked: {scoring_func}, "
+                                  f"extras {extras})")  # fmt: skip
     return torch.ops.sgl_kernel.moe_fused_gate(scores, bias, num_expert_group, topk_group, topk,
                                                num_fused_shared_experts, routed_scaling_factor,
                                                apply_routed_scaling_factor_on_output)  # fmt: skip

@@ -7,6 +7,7 @@ passes.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from fp4lab.serving import read_parser
 from fp4lab.serving.replay import kernels
@@ -70,3 +71,15 @@ def server_flags(architecture: str) -> dict:
                      else True)  # fmt: skip
             fields[flag[2:].replace("-", "_")] = value
     return fields
+
+
+def release_rules(architecture: str) -> dict:
+    """The release's own rules for ``architecture``: its piecewise options, its auto-disable
+    rule, the lowest SM its NVFP4 config accepts."""
+    found: dict[str, Any] = {"min_capability": min_capability()}
+    try:
+        found["piecewise_options"] = piecewise_options()
+        found["auto_disabled"] = auto_disabled(architecture)
+    except Exception as exc:  # recorded: the parser could not be built here
+        found["piecewise_options_error"] = f"{type(exc).__name__}: {exc}"
+    return found

@@ -84,6 +84,16 @@ SGLANG_OP_KERNELS = {
         cpu_kernels.rope_inplace,
         "SGLang's JIT fused rotary kernel: torch rotary",
     ),
+    "apply_rope_inplace_with_kvcache": (
+        cpu_kernels.rope_inplace_with_kvcache,
+        "SGLang's JIT fused rotary + KV-cache store (where the KV pool is bf16): torch rotary and "
+        "row writes",
+    ),
+    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": (
+        cpu_kernels.rope_pos_ids_with_kv_cache,
+        "SGLang's JIT rotary kernel by position ids with its KV-cache store (where the KV pool is "
+        "bf16): torch rotary and row writes",
+    ),
     "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (
         cpu_kernels.rope_pos_ids,
         "SGLang's JIT rotary kernel (FlashInfer-style, by position ids): torch rotary",
@@ -154,6 +164,10 @@ LOAD_TIME = (
      "calls at load time: fp4lab's 128x4 swizzle"),
     ("flashinfer", "block_scale_interleave", cpu_kernels.block_scale_interleave,
      "FlashInfer's JIT block-scale interleave (its older name, the same call): fp4lab's swizzle"),
+    ("sglang.srt.layers.quantization.mxfp4", "nvfp4_block_scale_interleave",
+     cpu_kernels.block_scale_interleave,
+     "FlashInfer's JIT block-scale interleave as the MXFP4 MoE binds it at import, for its "
+     "TRT-LLM weight preparation: fp4lab's swizzle"),
     ("sglang.srt.layers.quantization.marlin_utils_fp4", "gptq_marlin_repack", cpu_kernels.marlin_repack_shape,
      "Marlin's JIT weight repack (NVFP4 on Hopper, 0.5.2x): a tensor of the repacked shape; the "
      "Marlin GEMM reading it is stood in for too"),

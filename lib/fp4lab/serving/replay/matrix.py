@@ -1,12 +1,16 @@
 """Notebook 14's calls: every model of the built-in set (``models/``) through every SGLang
 release's piecewise runner on each simulated SM, and the model x release answer per SM.
 
-The replay is notebook 11's (``study.measure_versions``: one pool of children across releases,
-SMs and models); each (model, release, SM) becomes one "decision" record with the model, its
-blocker frames and dynamo's graph-break codes, and the kernels that stood in for it.
+The replay is notebook 11's (``study.measure_versions``: one pool of children across releases and
+SMs, each importing its release once and replaying every model in a fork of itself), in its
+``patch`` mode (the eager pass and the user's patch walk; the story's chain is notebook 11's);
+each (model, release, SM) becomes one "decision" record with the model, its blocker frames and
+dynamo's graph-break codes, and the kernels that stood in for it.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 from fp4lab.core import evidence, params, records
 from fp4lab.serving.replay import decide, models, study, timeline, versions
@@ -43,12 +47,17 @@ def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[di
             "standins": sorted({s["name"] for s in replay.get("standins", [])})}  # fmt: skip
 
 
+def measure(chosen: list[models.Model], sglang_versions: list[str], sms: list[str],
+            progress: Callable[[str], object] = print) -> list[study.VersionRun]:  # fmt: skip
+    """Every model of ``chosen`` on every release x SM, as notebook 14 and its benchmark run it."""
+    return study.measure_versions(sglang_versions, sms, ["unset"], progress, chosen, "patch")
+
+
 def measure_and_record(rec: records.Recorder) -> list[dict]:
     """Every (model, release, SM) replayed and recorded as "decision"; the per-model timelines
     in the "summary"."""
     chosen = [models.named(n) for n in rec.params["models"]]
-    runs = study.measure_versions(rec.params["sglang_versions"], rec.params["sms"], ["unset"],
-                                  measured=chosen)  # fmt: skip
+    runs = measure(chosen, rec.params["sglang_versions"], rec.params["sms"])
     rows = []
     for run in runs:
         rec.add("environment", {"sglang_version": run.version, **run.environment.as_record()})

@@ -20,6 +20,7 @@ import importlib
 import sys
 import time
 import types
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -156,6 +157,7 @@ def host_values(built: Built) -> dict:
     from sglang.srt.distributed import get_tp_group
 
     spec = kernels.attribute("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
+    config = built.model_config
     return {
         "server_args": built.server_args, "model": built.model, "model_config": built.model_config,
         "device": "cpu", "gpu_id": 0, "is_draft_worker": False, "pp_size": 1, "tp_size": 1,
@@ -163,7 +165,10 @@ def host_values(built: Built) -> dict:
         "is_generation": True, "dtype": built.model_config.dtype,
         "spec_algorithm": spec.from_string(built.server_args.speculative_algorithm) if spec else None,
         "req_to_token_pool": types.SimpleNamespace(size=4),
-        "token_to_kv_pool": attention.KVPool(built.facts["server_args"]["page_size"]),
+        "token_to_kv_pool": attention.KVPool(
+            built.facts["server_args"]["page_size"],
+            reworked.resolved_kv_dtype(str(built.facts["server_args"]["kv_cache_dtype"]), config.dtype),
+            config.get_num_kv_heads(1), config.head_dim),
         "attn_backend": attention.AttentionBackend(),
     }  # fmt: skip
 
@@ -183,21 +188,49 @@ def host(built: Built) -> Any:
     return runner
 
 
-def build(sm: tuple[int, int], checkpoint: Path) -> Built:
-    """The release's model of the tiny ``checkpoint`` folder for a GPU of ``sm``, with its runner
-    host; see the module docstring."""
+@dataclass
+class Release:
+    """The release's modules imported for a GPU of ``sm`` (``imported``), shared by each model
+    built from them (``build``), with the stand-ins and patches in place while they were."""
+
+    sm: tuple[int, int]
+    stack: contextlib.ExitStack
+    standins: list[dict]
+    patched: list[str]
+    chosen: dict
+    seconds: float
+
+
+@contextlib.contextmanager
+def imported(sm: tuple[int, int]) -> Iterator[Release]:
+    """The release imported on a simulated GPU of ``sm``, with what it needs at import (the
+    CUDA runtime, kernel stand-ins, the FP4 quantize its NVFP4 method takes); the simulated GPU
+    lasts until the block ends or ``build`` ends it."""
     started = time.perf_counter()
     standins = setup_standins.libcudart()
+    rework = layout.family(layout.package_root()) == "reworked"
+    with contextlib.ExitStack() as stack:
+        patched = stack.enter_context(inside.simulated_gpu(sm))
+        stack.enter_context(inside.absent_kernel_fakes_skipped())
+        standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
+        standins += reworked.deep_gemm_standin(132) if rework else []
+        standins += kernels.sglang_ops_on_cpu()
+        chosen = quantize.chosen()
+        yield Release(sm, stack, standins, patched, chosen, time.perf_counter() - started)
+
+
+def build(release: Release, checkpoint: Path) -> Built:
+    """The release's model of the tiny ``checkpoint`` folder, with its runner host; see the module
+    docstring. It ends the release's simulated GPU once the model is built, so a process builds
+    one model (a fork of the one that imported the release builds each of several)."""
+    started = time.perf_counter()
+    sm, standins, chosen = release.sm, list(release.standins), release.chosen
     given = models.read(checkpoint)
     asked = architectures(given.config)
     quantization = models.QUANTIZATIONS[given.quantization]
     found = layout.probe(asked)
     rework = found.reworked
-    with inside.simulated_gpu(sm) as patched, inside.absent_kernel_fakes_skipped():
-        standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
-        standins += reworked.deep_gemm_standin(132) if rework else []
-        standins += kernels.sglang_ops_on_cpu()
-        chosen = quantize.chosen()
+    with release.stack:
         architecture = _architecture(found, asked)
         if architecture != asked[0]:  # the release's class this config falls back to
             config = {**given.config, "architectures": [architecture]}
@@ -233,8 +266,9 @@ def build(sm: tuple[int, int], checkpoint: Path) -> Built:
     standins += [*kernels.replaced_kernels(), attention.ATTENTION, attention.KV_POOL]
     facts = {**_facts(model), "architecture": architecture, "quantization": quantization, "layout": found.as_record(),
              "loader": type(loader).__name__, "server_args": backends,
-             "simulated_gpu": patched, "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip
+             "simulated_gpu": release.patched,
+             "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip
     built = Built(model, server_args, model_config, reworked=rework, standins=standins, facts=facts)
     built.host = host(built)
-    built.seconds = time.perf_counter() - started
+    built.seconds = release.seconds + time.perf_counter() - started
     return built

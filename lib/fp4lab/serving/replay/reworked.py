@@ -139,7 +139,7 @@ HOST_STANDINS = [
 ]  # fmt: skip
 
 
-def _kv_cache_dtype(named: str, model_dtype: torch.dtype) -> torch.dtype:
+def resolved_kv_dtype(named: str, model_dtype: torch.dtype) -> torch.dtype:
     """The KV cache dtype the release resolved, as the attention backend holds it."""
     return {"fp8_e4m3": torch.float8_e4m3fn, "fp8_e5m2": torch.float8_e5m2}.get(named, model_dtype)
 
@@ -183,7 +183,7 @@ def host(values: dict, kv_cache_dtype: str) -> Any:
     for name, value in {**values, **extra}.items():
         setattr(runner, name, value)
     runner.attn_backend.token_to_kv_pool = runner.token_to_kv_pool
-    runner.attn_backend.kv_cache_dtype = _kv_cache_dtype(kv_cache_dtype, values["dtype"])
+    runner.attn_backend.kv_cache_dtype = resolved_kv_dtype(kv_cache_dtype, values["dtype"])
     owner = getattr(module, "bootstrap", module)  # 0.5.14, 0.5.15 set up in ModelRunner itself
     with contextlib.ExitStack() as stack:
         for name, value in SET_UP_ELSEWHERE.items():

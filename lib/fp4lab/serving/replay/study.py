@@ -20,6 +20,8 @@ from fp4lab.serving import standins
 from fp4lab.serving.replay import decide, env, models, patch, scan, timeline, versions
 
 CHILD_TIMEOUT_S = 600
+"""The longest a child may take per model it replays (``child.MODEL_TIMEOUT_S`` each, and the
+release's import)."""
 CUDA_HOME_CASES = ("unset", "/usr/local/cuda")
 """The default CUDA_HOME values of the story's replay: neither CUDA_HOME nor CUDA_PATH set (a
 GPU box whose nvcc is on PATH), and a toolkit at the usual place."""
@@ -47,17 +49,37 @@ LOGS = "sglang-compile/logs"
 """The children's logs and tiny checkpoints, under the build folder."""
 
 
-def child(version: str, sm: str, cuda_home: list[str], story: bool,
-          model: models.Model | None = None, env_vars: tuple[tuple[str, str], ...] = ()) -> venvs.Child:  # fmt: skip
-    """``python -m fp4lab.serving.replay.child OUT replay SM CUDA_HOMES STORY CHECKPOINT`` in the
-    release's environment, with ``model``'s tiny checkpoint (GLM-5's by default) written for it."""
-    model = model or models.named(GLM5)
-    stem = f"{version}-sm{sm}" if model.name == GLM5 else f"{model.name}-{version}-sm{sm}"
-    checkpoint = models.write_tiny(*model.tiny()[:2], paths.build_dir() / LOGS / f"{stem}-model")
+def child(version: str, sm: str, cuda_home: list[str], mode: str, measured: list[models.Model],
+          env_vars: tuple[tuple[str, str], ...] = ()) -> venvs.Child:  # fmt: skip
+    """``python -m fp4lab.serving.replay.child OUT replay SM CUDA_HOMES MODE CHECKPOINT...`` in
+    the release's environment, each model's tiny checkpoint written for it (``child.MODES``)."""
+    names = [m.name for m in measured]
+    stem = (f"{version}-sm{sm}" if names == [GLM5] else f"{names[0]}-{version}-sm{sm}"
+            if len(names) == 1 else f"models-{version}-sm{sm}")  # fmt: skip
+    checkpoints = [str(models.write_tiny(*m.tiny()[:2], paths.build_dir() / LOGS /
+                                         f"{m.name}-{version}-sm{sm}-model")) for m in measured]  # fmt: skip
     python = env.env_dir(version) / "venv" / "bin" / "python"
     return venvs.Child(python, "fp4lab.serving.replay.child",
-                       ("replay", sm, ",".join(cuda_home), "story" if story else "-", str(checkpoint)),
-                       stem, f"the {model.name} replay of SGLang {version} on SM{sm}", env_vars)  # fmt: skip
+                       ("replay", sm, ",".join(cuda_home), mode, *checkpoints), stem,
+                       f"the {names[0] + ' ' if len(names) == 1 else ''}replay of SGLang {version} "
+                       f"on SM{sm}", env_vars)  # fmt: skip
+
+
+def unpacked(found: dict, count: int) -> list[dict]:
+    """A child's result as one replay per model it was given, each with the child's versions and
+    seconds; a child that failed gives its error to each."""
+    if "replays" not in found:
+        return [found] * count
+    shared = {k: v for k, v in found.items() if k != "replays"}
+    return [{**shared, **replay} for replay in found["replays"]]
+
+
+def replay_one(version: str, sm: str, model: models.Model, mode: str = "patch",
+               env_vars: tuple[tuple[str, str], ...] = ()) -> dict:  # fmt: skip
+    """One model's replay on one release x SM whose environment is built."""
+    one = child(version, sm, list(CUDA_HOME_CASES), mode, [model], env_vars)
+    [found] = venvs.run_children([one], paths.build_dir() / LOGS, CHILD_TIMEOUT_S)
+    return unpacked(found, 1)[0]
 
 
 SCANNED = "fp4lab-scan.json"
@@ -66,16 +88,19 @@ SCANNED = "fp4lab-scan.json"
 
 def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
                      progress: Callable[[str], object] = print,
-                     measured: list[models.Model] | None = None) -> list[VersionRun]:  # fmt: skip
+                     measured: list[models.Model] | None = None,
+                     mode: str = "chain") -> list[VersionRun]:  # fmt: skip
     """Each release's environment built or reused and its source scanned, in turn, while the
-    replays of the releases before it already run: every (release, SM, model) child in one pool,
-    one per core at once, so no core waits while a release's last SM runs alone (GLM-5 unless
-    ``measured`` names models; GLM-5 on the story's SM of the story's release also walks the
-    story's patch and each CUDA_HOME). A release whose environment failed has no replays."""
+    replays of the releases before it already run: one child per (release, SM) in one pool, one
+    per core at once, so no core waits while a release's last SM runs alone. Each child imports
+    the release once and replays every model (GLM-5 unless ``measured`` names models) in a fork
+    of itself; ``mode`` is what each walks (``child.MODES``: in ``chain``, GLM-5 alone on the
+    story's SM of the story's release also walks the story's patch and each CUDA_HOME). A
+    release whose environment failed has no replays."""
     runs: list[VersionRun] = []
-    jobs: list[tuple[VersionRun, str, str]] = []
-    story = (versions.STORY_VERSION, versions.STORY_SM, GLM5)
+    jobs: list[tuple[VersionRun, str]] = []
     measured = measured or [models.named(GLM5)]
+    story = mode == "chain" and [m.name for m in measured] == [GLM5]
 
     def prepared() -> Iterator[venvs.Child]:
         for version in chosen:
@@ -90,21 +115,27 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
                 continue
             package = standins.site_packages(str(compile_env.python)) / "sglang"
             run.calls = scan.cached(package, env.env_dir(version) / "venv" / SCANNED)
-            for model in measured:
-                for sm in sms:
-                    jobs.append((run, sm, model.name))
-                    yield child(version, sm, cuda_home, (version, sm, model.name) == story, model)
+            for sm in sms:
+                jobs.append((run, sm))
+                walks = ("story" if story and (version, sm) == (versions.STORY_VERSION,
+                                                                 versions.STORY_SM) else mode)  # fmt: skip
+                yield child(version, sm, cuda_home, walks, measured)
 
     def shown(one: venvs.Child, found: dict) -> None:
-        fixed = found.get("fix", {})
-        what = found.get("error") or found.get("build_error") or (
-            f"runner not driven: {found['not_driven']}" if found.get("not_driven") else
-            f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
-        progress(f"  {one.label}: {what}")
+        for name, replay in zip(
+            [m.name for m in measured], unpacked(found, len(measured)), strict=True
+        ):
+            fixed = replay.get("fix", {})
+            what = replay.get("error") or replay.get("build_error") or (
+                f"runner not driven: {replay['not_driven']}" if replay.get("not_driven") else
+                f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
+            progress(f"  {one.label}{f', {name}' if len(measured) > 1 else ''}: {what}")
 
-    found = venvs.run_children(prepared(), paths.build_dir() / LOGS, CHILD_TIMEOUT_S, shown)
-    for (run, sm, name), replay in zip(jobs, found, strict=True):
-        run.by_model.setdefault(name, {})[sm] = replay
+    found = venvs.run_children(prepared(), paths.build_dir() / LOGS,
+                               CHILD_TIMEOUT_S * len(measured), shown)  # fmt: skip
+    for (run, sm), result in zip(jobs, found, strict=True):
+        for model, replay in zip(measured, unpacked(result, len(measured)), strict=True):
+            run.by_model.setdefault(model.name, {})[sm] = replay
     return runs
 
 
@@ -202,14 +233,6 @@ def verdict(rows: list[dict]) -> str:
     return "\n".join(lines) or "no release could be measured"
 
 
-def check_folder(folder: str, option: str = "--write-patch") -> Path:
-    """A folder fp4lab writes into: absent or a folder, never a file."""
-    path = Path(folder)
-    if path.exists() and not path.is_dir():
-        raise ValueError(f"{option}={folder!r} is a file; allowed values: a folder path")
-    return path
-
-
 def write_patch(version: str, sm: str, folder: Path, progress: Callable[[str], object] = print,
                 model: models.Model | None = None) -> int:  # fmt: skip
     """Replay the release's model (GLM-5 unless given) on ``sm`` and write the patch its blockers
@@ -219,8 +242,7 @@ def write_patch(version: str, sm: str, folder: Path, progress: Callable[[str], o
     if not built.ok:
         progress(f"error: sglang=={version}: {built.error}")
         return 1
-    [found] = venvs.run_children([child(version, sm, list(CUDA_HOME_CASES), False, model)],
-                                 paths.build_dir() / LOGS, CHILD_TIMEOUT_S)  # fmt: skip
+    found = replay_one(version, sm, model)
     fixed = found.get("fix", {})
     if not fixed:
         progress(f"error: {found.get('error') or found.get('build_error')}")
@@ -269,7 +291,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         params.choice("--sglang", args.sglang, versions.VERSIONS)
         params.choice("--sm", args.sm, tuple(versions.SMS))
-        folder = check_folder(args.write_patch)
+        folder = params.folder("--write-patch", args.write_patch)
         model = models.read(args.config) if args.config else None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
