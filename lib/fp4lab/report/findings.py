@@ -194,4 +194,18 @@ def timings() -> str:
             f"{g['ratio_to_copy']:.2f} of a preallocated copy_{torchao} (goal "
             f"{g['copy_goal']:.2f} and 1x; load average {g['load_average_after']:.1f})."
         )
+    lines += _matrix_timing()
     return "\n".join(lines) + "\n"
+
+
+def _matrix_timing() -> list[str]:
+    """Notebook 14's model matrix, warm, from its benchmark's newest record."""
+    found = _latest("benchmark_model_matrix", "timing")
+    if not found:
+        return []
+    v, prov = found[-1]["values"], found[-1]["provenance"]
+    scope = "the whole built-in set x every release x 3 SMs" if v["every_cell"] else "a part"
+    met = "met" if v["matrix_s"] < v["goal_s"] else "MISSED"
+    return [f"- notebook 14's model matrix, warm ({scope}: {v['cells']} cells): "
+            f"{v['matrix_s']:.0f} s on {v['cores']} cores, goal {v['goal_s']:.0f} s {met} "
+            f"(`benchmarks/model_matrix.py` at commit {prov['git']['commit'][:10]})."]  # fmt: skip
