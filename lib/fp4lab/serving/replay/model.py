@@ -47,6 +47,9 @@ FALLBACKS = {glm5.ARCHITECTURE: ("DeepseekV32ForCausalLM",)}
 the DSA architecture GLM-5 builds on (``GlmMoeDsaForCausalLM`` subclasses
 ``DeepseekV2ForCausalLM`` with the same DSA fields); the records say which."""
 
+REGISTRY = "sglang.srt.models.registry"
+"""The release's model registry, which imports every model module of the release."""
+
 TOKENS = 16
 """Prefill tokens of the runner's largest warm-up (``--piecewise-cuda-graph-max-tokens``);
 at most ``index_topk``, so the stand-in dense attention equals DSA's sparse attention."""
@@ -204,8 +207,8 @@ class Release:
 @contextlib.contextmanager
 def imported(sm: tuple[int, int]) -> Iterator[Release]:
     """The release imported on a simulated GPU of ``sm``, with what it needs at import (the
-    CUDA runtime, kernel stand-ins, the FP4 quantize its NVFP4 method takes); the simulated GPU
-    lasts until the block ends or ``build`` ends it."""
+    CUDA runtime, kernel stand-ins, the FP4 quantize its NVFP4 method takes, its model registry);
+    the simulated GPU lasts until the block ends or ``build`` ends it."""
     started = time.perf_counter()
     standins = setup_standins.libcudart()
     rework = layout.family(layout.package_root()) == "reworked"
@@ -216,6 +219,8 @@ def imported(sm: tuple[int, int]) -> Iterator[Release]:
         standins += reworked.deep_gemm_standin(132) if rework else []
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()
+        with setup_standins.building(sm):  # every model module, imported as the loader does
+            importlib.import_module(REGISTRY).ModelRegistry.get_supported_archs()
         yield Release(sm, stack, standins, patched, chosen, time.perf_counter() - started)
 
 
