@@ -97,9 +97,14 @@ def rope_inplace_with_kvcache(
     """SGLang's JIT fused rotary + KV-cache store: the rotary above, then the rotated k and the
     v written into the caches' rows ``out_loc``."""
     rope_inplace(q, k, cache, positions, is_neox=is_neox, rope_dim=rope_dim)
-    rows = out_loc.long()
-    k_cache[rows] = k.reshape(rows.numel(), *k_cache.shape[1:]).to(k_cache.dtype)
-    v_cache[rows] = v.reshape(rows.numel(), *v_cache.shape[1:]).to(v_cache.dtype)
+    _store(out_loc, (k, k_cache), (v, v_cache))
+
+
+def _store(rows: torch.Tensor, *pairs: tuple[torch.Tensor, torch.Tensor]) -> None:
+    """Each (tokens, cache) pair: the tokens written into the cache's rows ``rows``."""
+    rows = rows.long()
+    for tokens, into in pairs:
+        into[rows] = tokens.reshape(rows.numel(), *into.shape[1:]).to(into.dtype)
 
 
 def rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave=False, enable_pdl=False):
@@ -114,9 +119,7 @@ def rope_pos_ids_with_kv_cache(q, k, q_rope, k_rope, cache, pos_ids, v, k_buffer
     """SGLang's JIT rotary by position ids with its KV-cache store (0.5.9-0.5.12): the rotary
     above, then the rotated k and the v written into the buffers' rows ``kv_cache_loc``."""
     rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave, enable_pdl)
-    rows = kv_cache_loc.long()
-    k_buffer[rows] = k_rope.reshape(rows.numel(), *k_buffer.shape[1:]).to(k_buffer.dtype)
-    v_buffer[rows] = v.reshape(rows.numel(), *v_buffer.shape[1:]).to(v_buffer.dtype)
+    _store(kv_cache_loc, (k_rope, k_buffer), (v, v_buffer))
 
 
 def rope_pos_ids_kv(q, k, q_rope, k_rope, cache, pos_ids, interleave, enable_pdl, *kv_write):
