@@ -31,6 +31,7 @@ RUNS = {
         warmup=1,
         iters=3,
         sglang_versions=[versions.STORY_VERSION],
+        model_sm="10.0",
     ),
     "05_custom_op_fix": dict(backends=["eager"], layers=1, **SMALL),
     "10_decision_report": {},
@@ -206,6 +207,48 @@ def test_04_sglangs_own_backend_replays_another_layers_capture_under_fullgraph_f
         assert (r["max_abs_vs_uncaptured"], r["max_abs_vs_eager"], r["moved_inputs"]) == (0, 0, 0)
         assert r["replays_of_another_layer"] == [] and r["replays"] == r["piece_runs"]
     assert fixed[0]["debug_mode"] == {"assertion": None, "during": None}
+
+
+def test_04_the_releases_own_glm5_replays_another_layers_capture_under_fullgraph_false(story):
+    """SGLang 0.5.9's own GLM-5 through its own runner and capture: fullgraph=False replays
+    pieces captured for another layer and its logits differ from the uncaptured compile's; the
+    custom op's equal it; both outcomes on one release."""
+    rows = _values("04_fullgraph_false_tradeoff", "sglang_model_capture")
+    assert [(r["sglang_version"], r["sm"], r["variant"]) for r in rows] == [
+        (versions.STORY_VERSION, "10.0", v) for v in ("fullgraph_false", "custom_op")
+    ]
+    breaks, fixed = rows
+    for r in rows:
+        assert r["matches_uncaptured"] == (r["max_abs_vs_uncaptured"] == 0.0), "self-check"
+        assert r["uncaptured_vs_eager"] == 0.0, "the uncaptured compile runs eager's ops"
+        assert r["evidence"] == [
+            "trace",
+            "simulated_target",
+            "reference_kernel",
+            "simulated_capture",
+        ]
+        assert r["captures"] > 0 and r["replays"] > 0, "the runner's own capture ran and replayed"
+        assert "dsa_attention_split_op" in r["parts"], "the runner fails eagerly without it"
+        assert {s["name"] for s in r["standins"]} >= {
+            "cuda_graph_recorder",
+            "per_layer_dummy_weights",
+        }
+    assert breaks["fullgraph"] is False and breaks["dynamo_graphs"] > 1
+    assert breaks["max_abs_vs_uncaptured"] > 0.1 * breaks["max_abs_eager"], "the replay is wrong"
+    assert breaks["replays_of_another_layer"], "a piece replays another layer's capture"
+    assert breaks["debug_mode"]["assertion"].endswith(
+        "Input addresses for cudagraphs are different during replay."
+    )
+    assert fixed["fullgraph"] is True and fixed["dynamo_graphs"] == 1
+    assert (fixed["max_abs_vs_uncaptured"], fixed["max_abs_vs_eager"], fixed["moved_inputs"]) == (
+        0,
+        0,
+        0,
+    )
+    assert fixed["replays_of_another_layer"] == [] and fixed["replays"] == fixed["piece_runs"]
+    assert fixed["debug_mode"] == {"assertion": None, "during": None}
+    [summary] = _values("04_fullgraph_false_tradeoff", "summary")
+    assert f"(logits up to {breaks['max_abs_eager']:.3g})" in summary["number"]
 
 
 def test_05_the_fix_compiles_to_one_graph(story):

@@ -34,3 +34,37 @@ def test_a_number_changed_by_hand_is_caught(committed_data):
 def test_an_unknown_block_is_refused():
     with pytest.raises(ValueError, match="allowed: notebooks, findings, timings"):
         readme.render("<!-- generated: gossip -->\nx\n<!-- end: gossip -->")
+
+
+def test_fresh_clone_timings_say_met_or_missed_from_each_newest_record():
+    """The cold reproduce and CI lines come from the newest record holding each, and say whether
+    each goal was met, both ways."""
+    from fp4lab.report import findings
+
+    prov = {"git": {"commit": "0123456789abcdef"}}
+    notebooks = {
+        "11_sglang": ["ran", 900.0],
+        "14_models": ["failed", 1200.0],
+        "00_env": ["ran", 5.0],
+    }
+    slow = {
+        "reproduce_cold_s": 3000.0,
+        "build_cold_bytes": 20 * 2**30,
+        "reproduce_cold_notebooks": notebooks,
+    }
+    fast = {
+        "reproduce_cold_s": 2000.0,
+        "build_cold_bytes": 30 * 2**30,
+        "reproduce_cold_notebooks": {},
+    }
+    rows = [{"values": v, "provenance": prov} for v in (fast, slow, {"ci_s": 1300.0, "ci_exit": 2})]
+    cold, ci = findings._fresh_clone_lines(rows)
+    assert (
+        "3000 s, goal 45 min MISSED; slowest: 14_models 1200 s, 11_sglang 900 s, 00_env 5 s" in cold
+    )
+    assert "did not run to the end: 14_models; its build/ 20.00 GiB, goal 25 GiB met" in cold
+    assert "1300 s, goal 20 min MISSED, FAILED (exit 2)" in ci
+    cold, ci = findings._fresh_clone_lines([rows[1], rows[0], {"values": {"ci_s": 900.0, "ci_exit": 0},
+                                                                "provenance": prov}])  # fmt: skip
+    assert "2000 s, goal 45 min met; its build/ 30.00 GiB, goal 25 GiB MISSED" in cold
+    assert "900 s, goal 20 min met, passed" in ci

@@ -32,9 +32,10 @@ PARAMETERS = (
     "device",
     "cuda_home",
     "sglang_versions",
+    "model_sm",
 )
-"""The story notebooks' parameters, in the order ``prepare`` checks them (``sglang_versions``
-comes checked by ``serving.capture.study.releases``: compile knows nothing of SGLang)."""
+"""The story notebooks' parameters, in the order ``prepare`` checks them (``sglang_versions`` and
+``model_sm`` come checked by ``serving.capture.study``: compile knows nothing of SGLang)."""
 
 
 @dataclass

@@ -133,9 +133,9 @@ def sglang_backend_table(rows: list[dict]) -> pd.DataFrame:
         "SGLang": r["sglang_version"], "variant": r["variant"], "tokens": r["tokens"],
         "capture": r["capture"], "dynamo graphs": r["dynamo_graphs"], "pieces": r["pieces"],
         "replays per step": r["replays"], "pieces run uncaptured": r["ran_uncaptured"],
-        "max |replay - uncaptured|": round(r["max_abs_vs_uncaptured"], 4),
-        "max |replay - eager|": round(r["max_abs_vs_eager"], 4),
-        "max |eager|": round(r["max_abs_eager"], 4),
+        "max |replay - uncaptured|": f"{r['max_abs_vs_uncaptured']:.3g}",
+        "max |replay - eager|": f"{r['max_abs_vs_eager']:.3g}",
+        "max |eager|": f"{r['max_abs_eager']:.3g}",
         "inputs moved since capture": r["moved_inputs"],
         "replays of another layer's capture": shared(r), "debug mode": debug(r),
     } for r in rows])  # fmt: skip

@@ -154,6 +154,45 @@ def _bytes_gb(n: float) -> str:
     return f"{n / 2**30:.2f} GiB"
 
 
+def _newest_with(rows: list[dict], key: str) -> dict | None:
+    """The newest row whose values hold ``key``."""
+    return next((r for r in reversed(rows) if key in r["values"]), None)
+
+
+def _goal_said(seconds: float, goal: float) -> str:
+    return f"goal {goal / 60:.0f} min {'met' if seconds < goal else 'MISSED'}"
+
+
+def _fresh_clone_lines(rows: list[dict]) -> list[str]:
+    """The cold `make reproduce` and CI in a fresh clone, each from its newest record."""
+    lines = []
+    cold = _newest_with(rows, "reproduce_cold_s")
+    if cold is not None:
+        v, commit = cold["values"], cold["provenance"]["git"]["commit"][:10]
+        slowest = sorted(v.get("reproduce_cold_notebooks", {}).items(), key=lambda kv: -kv[1][1])[
+            :3
+        ]
+        slowest_said = "; slowest: " + ", ".join(f"{name} {s:.0f} s" for name, (_, s) in slowest)
+        failed = [
+            n for n, (status, _) in v.get("reproduce_cold_notebooks", {}).items() if status != "ran"
+        ]
+        failed_said = "; did not run to the end: " + ", ".join(failed)
+        lines.append(
+            f"- `make reproduce` from a fresh clone, cold (empty caches, every package downloaded; "
+            f"commit {commit}): {v['reproduce_cold_s']:.0f} s, {_goal_said(v['reproduce_cold_s'], 2700)}"
+            f"{slowest_said if slowest else ''}{failed_said if failed else ''}; its build/ "
+            f"{_bytes_gb(v['build_cold_bytes'])}, goal 25 GiB "
+            f"{'met' if v['build_cold_bytes'] <= 25 * 2**30 else 'MISSED'};"
+        )  # fmt: skip
+    ci = _newest_with(rows, "ci_s")
+    if ci is not None:
+        v, commit = ci["values"], ci["provenance"]["git"]["commit"][:10]
+        how = "passed" if v["ci_exit"] == 0 else f"FAILED (exit {v['ci_exit']})"
+        lines.append(f"- CI (`bash .ci/run`) in a fresh clone at commit {commit}: {v['ci_s']:.0f} s, "
+                     f"{_goal_said(v['ci_s'], 1200)}, {how};")  # fmt: skip
+    return lines
+
+
 def timings() -> str:
     """How long the story takes to replay here, and the environments' sizes, from the benchmarks."""
     rows = records.latest("benchmark_story")
@@ -168,8 +207,7 @@ def timings() -> str:
     ]
     if "reproduce_warm_s" in v:
         lines.append(f"- `make reproduce`, warm: {v['reproduce_warm_s']:.0f} s;")
-    if "reproduce_cold_s" in v:
-        lines.append(f"- `make reproduce` from a fresh clone: {v['reproduce_cold_s']:.0f} s;")
+    lines += _fresh_clone_lines(records.read("benchmark_story"))
     lines.append(f"- the environment (build/venv): {_bytes_gb(v['venv_bytes'])}.")
     versions = [
         r["values"] for r in _latest("09_version_matrix", "version") if r["values"]["env_bytes"]

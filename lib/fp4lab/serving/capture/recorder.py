@@ -86,23 +86,30 @@ class graph(contextlib.ContextDecorator):
         self.mode.__exit__(*exc)
 
 
+def _current_stream(device: Any = None) -> torch.cpu.Stream:
+    return torch.cpu.current_stream()
+
+
 LISTED = {
     "name": "cuda_graph_recorder",
     "module": "torch.cuda",
     "why": "no CUDA device: torch.cuda.CUDAGraph and torch.cuda.graph record the operators a "
     "capture runs, with their tensors, and a replay re-runs them on those tensors and writes into "
     "the captured outputs (fixed addresses, as a CUDA graph); the graph pool's memory reuse is not "
-    "imitated",
+    "imitated; torch.cuda's Stream, stream and current_stream are torch.cpu's (one stream)",
 }
 """The stand-in as a record lists it."""
 
 
 @contextlib.contextmanager
 def simulated() -> Iterator[dict]:
-    """``torch.cuda.CUDAGraph`` and ``torch.cuda.graph`` replaced by the recorder; yields the
-    stand-in's listing."""
+    """``torch.cuda.CUDAGraph`` and ``torch.cuda.graph`` replaced by the recorder, and the
+    capture's streams by the CPU's; yields the stand-in's listing."""
     with (
         target.attribute_replaced(torch.cuda, "CUDAGraph", RecordedGraph),
         target.attribute_replaced(torch.cuda, "graph", graph),
+        target.attribute_replaced(torch.cuda, "Stream", torch.cpu.Stream),
+        target.attribute_replaced(torch.cuda, "stream", torch.cpu.stream),
+        target.attribute_replaced(torch.cuda, "current_stream", _current_stream),
     ):
         yield LISTED

@@ -85,6 +85,24 @@ class Observed:
         return output
 
 
+def observe(backends: list[Any], layer_of: dict[int, int], log: list[dict]) -> None:
+    """Every piece of the release's ``backends`` (``SGLangBackend``s, in the order dynamo made
+    their graphs) wrapped in ``Observed``, logging into ``log``."""
+    for index, backend in enumerate(backends):
+        for item in backend.piecewise_graphs:
+            piece = backend.split_gm.__dict__.get(item.submod_name)
+            if item.is_splitting_graph or isinstance(piece, Observed):
+                continue
+            backend.split_gm.__dict__[item.submod_name] = Observed(
+                piece, index, item.submod_name, layer_of, log
+            )
+
+
+def pieces(backends: list[Any]) -> int:
+    """The pieces (not the split ops between them) of every graph of ``backends``."""
+    return sum(not i.is_splitting_graph for b in backends for i in b.piecewise_graphs)
+
+
 @dataclass
 class Drive:
     """One variant's stack under the release's backend, every piece observed."""
@@ -122,14 +140,7 @@ class Drive:
         self.static = segment.tokens_input(self.shape, max(self.sizes), seed=CAPTURE_SEED)
 
     def _observe(self) -> None:
-        for index, backend in enumerate(self.backends):
-            for item in backend.piecewise_graphs:
-                piece = backend.split_gm.__dict__.get(item.submod_name)
-                if item.is_splitting_graph or isinstance(piece, Observed):
-                    continue
-                backend.split_gm.__dict__[item.submod_name] = Observed(
-                    piece, index, item.submod_name, self.layer_of, self.log
-                )
+        observe(self.backends, self.layer_of, self.log)
 
     def compile_pass(self) -> None:
         with torch.no_grad(), self.release.phase("warmup"):
@@ -152,7 +163,7 @@ class Drive:
             return self.stack(self.static[:tokens]).clone()
 
     def pieces(self) -> int:
-        return sum(not i.is_splitting_graph for b in self.backends for i in b.piecewise_graphs)
+        return pieces(self.backends)
 
 
 def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:

@@ -1,16 +1,20 @@
 """fullgraph=False under SGLang's own piecewise backend, per release: what a step returns.
 
 Each release's environment (``serving.replay.env``) runs ``sglang_backend`` on notebook 04's
-stack; its rows become "sglang_backend" records, a release the drive could not run an
-"sglang_backend_not_measured" record naming why. ``decision`` turns them into the notebook's
-verdict: WRONG OUTPUT where the captured step under fullgraph=False differs from the same
-compile run uncaptured while the custom op's equals it.
+stack, and ``model_capture`` on the release's own GLM-5 through its own runner; their rows become
+"sglang_backend" and "sglang_model_capture" records, a release a drive could not run a
+"..._not_measured" record naming why. ``decision`` turns them into the notebook's verdict: WRONG
+OUTPUT where the captured step under fullgraph=False differs from the same compile run uncaptured
+while the custom op's equals it.
 """
 
 from __future__ import annotations
 
-from fp4lab.core import evidence, paths, records, venvs
-from fp4lab.serving.replay import env, versions
+from pathlib import Path
+
+from fp4lab.core import evidence, params, paths, records, venvs
+from fp4lab.serving.replay import env, models, versions
+from fp4lab.serving.replay.study import GLM5
 
 DEFAULT_VERSIONS = ("0.5.9", "0.5.12", "0.5.21")
 """The story's release, the last of the first runner family and the tc_piecewise backend's."""
@@ -23,11 +27,18 @@ def releases(sglang_versions: list[str] | str) -> list[str]:
     return versions.check_versions(sglang_versions)
 
 
-def levels(capture: str) -> list[str]:
-    """What a drive's rows reached: traced, the reference quantize, capture imitated or real."""
+def model_sm(value: str) -> str:
+    """The SM the release's own GLM-5 is captured on, checked (one of ``versions.SMS``)."""
+    params.choice("model_sm", value, tuple(versions.SMS))
+    return value
+
+
+def levels(capture: str, target: bool = False) -> list[str]:
+    """What a drive's rows reached: traced (on a simulated target SM with ``target``), the
+    reference kernels, capture imitated or real."""
     return evidence.check(
-        ["trace", "reference_kernel", "simulated_capture" if capture == "simulated"
-         else "cuda_graph_replay"]
+        ["trace", *(["simulated_target"] if target else []), "reference_kernel",
+         "simulated_capture" if capture == "simulated" else "cuda_graph_replay"]
     )  # fmt: skip
 
 
@@ -66,12 +77,86 @@ def measure(rec: records.Recorder, scale: int, layers: int, sizes: list[int]) ->
     return rows
 
 
+MODEL_LAYERS = 4
+"""Decoder layers of the tiny GLM-5 the runner captures: the dense one and three MoE layers, so
+that layers of one kind can share a graph (the replay's own has two)."""
+
+MODEL_TIMEOUT_S = 900
+
+
+def model_checkpoint() -> Path:
+    """The replay's tiny GLM-5 with ``MODEL_LAYERS`` layers, written under build/."""
+    config, quant, _ = models.named(GLM5).tiny()
+    folder = paths.build_dir() / "sglang-compile" / "logs" / f"{GLM5}-{MODEL_LAYERS}-layers"
+    return models.write_tiny({**config, "num_hidden_layers": MODEL_LAYERS}, quant, folder)
+
+
+def measure_model(rec: records.Recorder, sm: str) -> list[dict]:
+    """The release's own GLM-5 through its own runner, captured and replayed
+    (``model_capture``), in every release of ``rec.params["sglang_versions"]`` at ``sm``, one
+    release per core at once; every row recorded, the measured ones returned."""
+    logs = paths.build_dir() / "logs" / rec.notebook
+    logs.mkdir(parents=True, exist_ok=True)
+    checkpoint, children, rows = str(model_checkpoint()), [], []
+    for version in versions.check_versions(rec.params["sglang_versions"]):
+        built = env.ensure_env(version)
+        if not built.ok:
+            rec.add("sglang_model_capture_not_measured",
+                    {"sglang_version": version, "sm": sm, "why": f"environment: {built.error}"})  # fmt: skip
+            continue
+        children.append((built, venvs.Child(
+            built.python, "fp4lab.serving.capture.model_capture", (sm, checkpoint),
+            f"model-capture-{version}-sm{sm}", f"SGLang {version}'s runner on its GLM-5")))  # fmt: skip
+    print(f"SGLang's own GLM-5 ({MODEL_LAYERS} layers) through its runner, captured, at SM{sm}: "
+          f"{', '.join(b.version for b, _ in children)} ...", flush=True)  # fmt: skip
+
+    def done(child: venvs.Child, found: dict) -> None:
+        print(f"  {child.stem}: {found.get('error') or 'measured'}", flush=True)
+
+    found_all = venvs.run_children([c for _, c in children], logs, MODEL_TIMEOUT_S, done)
+    for (built, _), found in zip(children, found_all, strict=True):
+        packages = {"sglang": built.version, **built.installed}
+        if found.get("error") or not found.get("rows"):
+            rec.add("sglang_model_capture_not_measured",
+                    {"sglang_version": built.version, "sm": sm, "why": found.get("error", "no rows"),
+                     "harness": True}, packages=packages)  # fmt: skip
+            continue
+        common = {"sglang_version": built.version, "sm": sm, "model": GLM5,
+                  "layers": MODEL_LAYERS, "capture": found["capture"], "standins": found["standins"],
+                  "evidence": levels(found["capture"], target=True)}  # fmt: skip
+        for row in found["rows"]:
+            if "not_measured" in row:
+                print(f"  {built.version} {row['variant']}: not measured: {row['not_measured']}")
+                rec.add("sglang_model_capture_not_measured", {**common, **row}, packages=packages)
+                continue
+            rows.append(
+                rec.add("sglang_model_capture", {**common, **row}, packages=packages)["values"]
+            )
+    return rows
+
+
 def _of(rows: list[dict], variant: str) -> list[dict]:
     return [r for r in rows if r["variant"] == variant]
 
 
-def decision(rows: list[dict], asked: list[str]) -> dict:
-    """The verdict, its number and why, from the rows of every release asked for."""
+def _model_number(model_rows: list[dict]) -> str:
+    """The GLM-5 drive's deciding number, or why it has none."""
+    measured = [r for r in model_rows if "max_abs_vs_uncaptured" in r]
+    breaks = _of(measured, "fullgraph_false")
+    if not breaks:
+        return "the release's own GLM-5 through its runner: not measured"
+    worst = max(breaks, key=lambda r: r["max_abs_vs_uncaptured"])
+    where = ", ".join(sorted({r["sglang_version"] for r in breaks}, key=versions.order))
+    unfixed = "" if _of(measured, "custom_op") else ", its custom op not measured"
+    return (f"the release's own GLM-5 through its runner (SGLang {where}, SM{worst['sm']}): by up "
+            f"to {worst['max_abs_vs_uncaptured']:.3g} (logits up to {worst['max_abs_eager']:.3g})"
+            f"{unfixed}")  # fmt: skip
+
+
+def decision(rows: list[dict], asked: list[str], model_rows: list[dict] = ()) -> dict:
+    """The verdict, its number and why, from the rows of every release asked for: the story's
+    stack (``rows``) and the release's own GLM-5 (``model_rows``)."""
+    model_rows = list(model_rows)
     measured = sorted({r["sglang_version"] for r in rows}, key=versions.order)
     missing = [v for v in asked if v not in measured]
     breaks, fixed = _of(rows, "fullgraph_false"), _of(rows, "custom_op")
@@ -81,9 +166,11 @@ def decision(rows: list[dict], asked: list[str]) -> dict:
             number=f"no release measured of {', '.join(asked)}",
             why="SGLang's own backend could not be driven; see the not-measured records",
         )
-    worst = max(breaks, key=lambda r: r["max_abs_vs_uncaptured"])
+    everything = [*rows, *(r for r in model_rows if "max_abs_vs_uncaptured" in r)]
+    breaks, fixed = _of(everything, "fullgraph_false"), _of(everything, "custom_op")
+    worst = max(_of(rows, "fullgraph_false"), key=lambda r: r["max_abs_vs_uncaptured"])
     fixed_worst = max(r["max_abs_vs_uncaptured"] for r in fixed)
-    shared = sorted({f"graph {e['graph']} {e['piece']}" for r in breaks
+    shared = sorted({f"graph {e['graph']} {e['piece']}" for r in _of(rows, "fullgraph_false")
                      for e in r["replays_of_another_layer"]})  # fmt: skip
     asserted = [r["debug_mode"] for r in breaks if r.get("debug_mode", {}).get("assertion")]
     how = "capture imitated on a CPU" if worst["capture"] == "simulated" else "real CUDA graphs"
@@ -93,7 +180,7 @@ def decision(rows: list[dict], asked: list[str]) -> dict:
     number = (
         f"fullgraph=False: the replayed step differs from the same compile run uncaptured by up to "
         f"{worst['max_abs_vs_uncaptured']:.3g} (eager outputs up to {worst['max_abs_eager']:.3g}); "
-        f"custom op: {fixed_worst:.3g}"
+        f"{_model_number(model_rows)}; custom op: {fixed_worst:.3g}"
     )
     debug = f"{asserted[0]['assertion']} ({asserted[0]['during']})" if asserted else "no assertion"
     detail = (
@@ -107,7 +194,7 @@ def decision(rows: list[dict], asked: list[str]) -> dict:
             number=number,
             why=f"the custom op's captured step should equal its uncaptured one; {detail}",
         )
-    if worst["max_abs_vs_uncaptured"] == 0.0:
+    if all(r["max_abs_vs_uncaptured"] == 0.0 for r in breaks):
         return dict(verdict="WORKS", number=number, why=f"both variants replay correctly {detail}")
     return dict(verdict="WRONG OUTPUT", number=number,
                 why=f"a graph after a break is shared by every layer of a class, so its pieces "

@@ -18,11 +18,13 @@ from fp4lab.compile import target
 
 @dataclass
 class Graphs:
-    """What SGLang's backend received from dynamo: per graph, the ops it calls, in order; and
-    per graph how its ``split_graph`` cut it (the split ops met, how often, the pieces)."""
+    """What SGLang's backend received from dynamo: per graph, the ops it calls, in order; per
+    graph how its ``split_graph`` cut it (the split ops met, how often, the pieces); and the
+    backend instances (``SGLangBackend``), whose pieces a capture study observes."""
 
     ops: list[list[str]] = field(default_factory=list)
     splits: list[dict] = field(default_factory=list)
+    backends: list[Any] = field(default_factory=list)
 
     def calls(self) -> dict[str, int]:
         """Every torch op called in the graphs, with how often."""
@@ -52,6 +54,7 @@ def observed() -> Iterator[Graphs]:
 
     def observe(self: Any, graph: torch.fx.GraphModule, example_inputs: Any) -> Any:
         seen.ops.append([n for n in map(_op_name, graph.graph.nodes) if n])
+        seen.backends.append(self)
         return call(self, graph, example_inputs)
 
     def observe_split(graph: torch.fx.GraphModule, ops: list[str]) -> Any:

@@ -159,8 +159,7 @@ def fix_walk(built: model.Built, sm: tuple[int, int], version: str, out: Path) -
             if needed is None or needed in parts:
                 break
             parts.append(needed)  # this step's part alone is imported: earlier ones are applied
-            step = patch.render(version, label, [needed], binding)
-            plugin.load(patch.write(out.parent / "patch" / needed, version, label, step)[0], built)
+            apply_part(built, sm, version, needed, out)
         result = {"steps": steps, "parts": parts, "compiles": steps[-1]["status"] == "compiled",
                   "plugin": patch.render(version, label, parts, binding) if parts else None}  # fmt: skip
         if result["compiles"]:
@@ -174,6 +173,13 @@ def fix_walk(built: model.Built, sm: tuple[int, int], version: str, out: Path) -
             result["evidence"] = evidence.of_run(traced=True, simulated=probe.target()["simulated"],
                                                  kernel=result["kernel"])  # fmt: skip
     return result
+
+
+def apply_part(built: model.Built, sm: tuple[int, int], version: str, part: str, out: Path) -> None:
+    """The patch holding ``part`` alone, written beside ``out`` and imported into this process."""
+    label = f"{sm[0]}.{sm[1]}"
+    text = patch.render(version, label, [part], plugin.quantize_binding(built))
+    plugin.load(patch.write(out.parent / "patch" / part, version, label, text)[0], built)
 
 
 def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:

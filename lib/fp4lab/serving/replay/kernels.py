@@ -132,13 +132,17 @@ def aten_cpu_kernels() -> list[dict]:
 
 
 def eager_only(real: Callable, cpu: Callable) -> Callable:
-    """``real`` while dynamo traces (the release's code is what gets traced), ``cpu`` when run."""
+    """``real`` while dynamo traces (the release's code is what gets traced), ``cpu`` when run:
+    also where a graph break (``fullgraph=False``) makes dynamo run the call itself, whose frame
+    dynamo then never compiles (``skip_code``), and ``cpu`` runs with dynamo off."""
+    run = torch._dynamo.disable(cpu)
 
     def call(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
             return real(*args, **kwargs)
-        return cpu(*args, **kwargs)
+        return run(*args, **kwargs)
 
+    torch._dynamo.eval_frame.skip_code(call.__code__)
     call.__wrapped__ = real
     return call
 

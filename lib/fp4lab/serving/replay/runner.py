@@ -160,8 +160,19 @@ def _built_runner(built: model.Built) -> Any:
     return found if type(found).__name__ == "PrefillCudaGraphRunner" else None
 
 
+def _fullgraph_false(install: Any) -> Any:
+    """``install_torch_compiled`` with ``fullgraph=False`` whatever its caller passes: the line a
+    user would have to change in the release (no server option reaches it)."""
+
+    def installed(module: Any, **kwargs: Any) -> Any:
+        return install(module, **{**kwargs, "fullgraph": False})
+
+    return installed
+
+
 @contextlib.contextmanager
-def _entered(built: model.Built, sm: tuple[int, int], eager: bool) -> Iterator[tuple]:
+def _entered(built: model.Built, sm: tuple[int, int], eager: bool, capture: Any,
+             fullgraph: bool) -> Iterator[tuple]:  # fmt: skip
     """The release's piecewise set-up made runnable here; yields the call that runs it, the
     entry's name and the contexts its runner compiles in."""
     with contextlib.ExitStack() as stack:
@@ -172,12 +183,18 @@ def _entered(built: model.Built, sm: tuple[int, int], eager: bool) -> Iterator[t
             yield run, reworked.ENTRY, [reworked.RUNNER + ".PrefillCudaGraphRunner.__init__"]
             return
         pcgr = __import__(RUNNER, fromlist=["PiecewiseCudaGraphRunner"])
-        stack.enter_context(target.attribute_replaced(pcgr.PiecewiseCudaGraphRunner, "capture",
-                                                      lambda self: None))  # fmt: skip
+        if capture is None:
+            stack.enter_context(target.attribute_replaced(pcgr.PiecewiseCudaGraphRunner, "capture",
+                                                          lambda self: None))  # fmt: skip
+        else:
+            stack.enter_context(_capturing(pcgr.PiecewiseCudaGraphRunner, capture))
         stack.enter_context(kernels.device_queries(sm))
         if eager:
             stack.enter_context(target.attribute_replaced(pcgr, "install_torch_compiled",
                                                           lambda module, **kwargs: module))  # fmt: skip
+        elif not fullgraph:
+            stack.enter_context(target.attribute_replaced(
+                pcgr, "install_torch_compiled", _fullgraph_false(pcgr.install_torch_compiled)))  # fmt: skip
         contexts = [RUNNER + ".PiecewiseCudaGraphRunner.__init__"]
         entry = getattr(built.host, "init_piecewise_cuda_graphs", None)
         if entry is not None:
@@ -186,9 +203,24 @@ def _entered(built: model.Built, sm: tuple[int, int], eager: bool) -> Iterator[t
             yield (lambda host: _release_init(built, sm)), INIT, contexts
 
 
-def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Run:
+def _capturing(runner_class: type, before: Any) -> contextlib.AbstractContextManager:
+    """The runner's own ``capture``, with ``before`` called first (the compile pass is over)."""
+    capture = runner_class.capture
+
+    def captured(self: Any) -> None:
+        before()
+        capture(self)
+
+    return target.attribute_replaced(runner_class, "capture", captured)
+
+
+def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False, capture: Any = None,
+          fullgraph: bool = True) -> Run:  # fmt: skip
     """The release's piecewise set-up on ``built`` (see the module docstring); never raises for
-    a compile failure."""
+    a compile failure. With ``capture`` (called with the graphs SGLang's backend received, when
+    the compile pass is over) the runner's own capture runs too, taken by a GPU or by the caller's
+    recorder (``capture.recorder``); ``fullgraph=False`` is passed to ``install_torch_compiled``
+    as a user's edit of the release would."""
     torch._dynamo.reset()
     language = getattr(built.model, "language_model", built.model)
     language.model.__dict__.pop("forward", None)  # an earlier pass's trampoline
@@ -197,8 +229,9 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False) -> Ru
     before, cause, found = inside.counter(), "", []
     started = time.perf_counter()
     with contextlib.ExitStack() as stack:
-        run, name, contexts = stack.enter_context(_entered(built, sm, eager))
         graphs = stack.enter_context(backend_graphs.observed())
+        hook = None if capture is None else lambda: capture(graphs)
+        run, name, contexts = stack.enter_context(_entered(built, sm, eager, hook, fullgraph))
         lines = stack.enter_context(logged("sglang"))
         try:
             run(built.host)
@@ -226,10 +259,11 @@ CONTEXTS = (
 gate the compiled forward on it, 0.5.9-0.5.11)."""
 
 
-def compile_contexts() -> list:
-    """The release's own CONTEXTS, those it has, ready to enter."""
+def compile_contexts(replay: bool = False) -> list:
+    """The release's own CONTEXTS, those it has, ready to enter; with ``replay`` all but the
+    compile pass's marker."""
     found = []
-    for module, name, args in CONTEXTS:
+    for module, name, args in CONTEXTS[:2] if replay else CONTEXTS:
         manager = kernels.attribute(module, name)
         if manager is not None:
             found.append(lambda m=manager, a=args: m(*a))
@@ -246,9 +280,12 @@ def _static(runner: Any, name: str, tokens: int) -> torch.Tensor:
     return getattr(getattr(runner, "buffers", runner), name)[:tokens]
 
 
-def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | None, str]:
+def output(run: Run, sm: tuple[int, int], *, replay: bool = False
+           ) -> tuple[torch.Tensor | None, str | None, str]:  # fmt: skip
     """The logits of one more warm-up forward of the runner on fixed inputs (the compiled path
-    when the pass compiled), the quantize kernel that ran, and '' or why it failed."""
+    when the pass compiled), the quantize kernel that ran, and '' or why it failed. With
+    ``replay`` the forward runs outside the compile pass's marker, as the runner's ``replay``
+    runs it: every piece captured for the size replays its capture."""
     runner = run.runner
     if runner is None:
         return None, None, "the runner was not built"
@@ -261,7 +298,7 @@ def output(run: Run, sm: tuple[int, int]) -> tuple[torch.Tensor | None, str | No
     warmup = getattr(runner, "warmup_torch_compile", None) or getattr(
         runner, "warmup_compile", None
     )
-    contexts = compile_contexts()
+    contexts = compile_contexts(replay)
     if warmup is None and hasattr(runner, "_run_dummy_forward"):  # the tc_piecewise runner
         warmup, contexts = runner._run_dummy_forward, reworked.compile_contexts()
     if warmup is None:
