@@ -92,6 +92,32 @@ def test_the_decision_can_come_out_each_way():
     assert study.decision([], ["0.5.9"])["verdict"] == "UNMEASURED"
 
 
+def test_the_decision_weighs_the_releases_own_glm5():
+    """A GLM-5 replay SGLang refuses under fullgraph=False is quoted, not dropped; a correct stack
+    with a wrong GLM-5 replay is WRONG OUTPUT; a refused custom op fails the decision."""
+    stack = [_row("0.5.9", "fullgraph_false", 0.0), _row("0.5.9", "custom_op", 0.0)]
+    refused = {"sglang_version": "0.5.12", "sm": "10.0", "variant": "fullgraph_false",
+               "replay_error": "AssertionError: PCG capture stream is not set [at sglang/x.py:1]",
+               "graphs_first_compiled_in_capture": 3}  # fmt: skip
+    wrong = _row("0.5.9", "fullgraph_false", 2.5e-5, sm="10.0", max_abs_eager=2e-5)
+    fixed = _row("0.5.9", "custom_op", 0.0, sm="10.0")
+    decided = study.decision(stack, ["0.5.9"], [wrong, refused, fixed])
+    assert decided["verdict"] == "WRONG OUTPUT"
+    assert "SGLang 0.5.9, SM10.0: by up to 2.5e-05 (logits up to 2e-05)" in decided["number"]
+    said = ("SGLang 0.5.12, SM10.0: its replayed forward fails in SGLang's own code (AssertionError: "
+            "PCG capture stream is not set; 3 graphs were first compiled in the capture pass)")  # fmt: skip
+    assert said in decided["number"]
+    assert study.decision(stack, ["0.5.9"], [wrong])["number"].endswith(
+        "its custom op not measured; custom op: 0"
+    )
+    assert study.decision(stack, ["0.5.9"], [_row("0.5.9", "fullgraph_false", 0.0, sm="10.0"), fixed])[
+        "verdict"] == "WORKS"  # fmt: skip
+    assert (
+        study.decision(stack, ["0.5.9"], [{**refused, "variant": "custom_op"}])["verdict"]
+        == "FAILED"
+    )
+
+
 def _mirror_replay_error(variant: str, fullgraph: bool, shape: segment.LayerShape, layers: int,
                          tokens: int) -> float:  # fmt: skip
     """fp4lab's mirror (``compile.piecewise``) under the recorder, in SGLang's order: a warm-up

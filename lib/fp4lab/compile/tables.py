@@ -114,12 +114,12 @@ def tradeoff_table(rows: list[dict]) -> pd.DataFrame:
 
 def sglang_backend_table(rows: list[dict]) -> pd.DataFrame:
     """Each release, variant and token count under SGLang's own backend: graphs and pieces, the
-    replayed step's distance from the uncaptured one and from eager, the pieces that replayed a
-    capture made for another layer, and debug mode's check."""
+    replayed step's distance from the uncaptured one and from eager (or the error SGLang raised in
+    it), the pieces that replayed a capture made for another layer, and debug mode's check."""
 
     def shared(r: dict) -> str:
         return "; ".join(f"graph {e['graph']} {e['piece']}: layer {e['layers']} replays layer "
-                         f"{e['captured_for']}'s" for e in r["replays_of_another_layer"]) or "none"  # fmt: skip
+                         f"{e['captured_for']}'s" for e in r.get("replays_of_another_layer", [])) or "none"  # fmt: skip
 
     def debug(r: dict) -> str:
         found = r.get("debug_mode")
@@ -129,14 +129,17 @@ def sglang_backend_table(rows: list[dict]) -> pd.DataFrame:
             f"{found['assertion'][:60]}... ({found['during']})" if found["assertion"] else "passes"
         )
 
+    def number(r: dict, key: str) -> str:
+        return f"{r[key]:.3g}" if key in r else "-"
+
     return pd.DataFrame([{
         "SGLang": r["sglang_version"], "variant": r["variant"], "tokens": r["tokens"],
         "capture": r["capture"], "dynamo graphs": r["dynamo_graphs"], "pieces": r["pieces"],
-        "replays per step": r["replays"], "pieces run uncaptured": r["ran_uncaptured"],
-        "max |replay - uncaptured|": f"{r['max_abs_vs_uncaptured']:.3g}",
-        "max |replay - eager|": f"{r['max_abs_vs_eager']:.3g}",
-        "max |eager|": f"{r['max_abs_eager']:.3g}",
-        "inputs moved since capture": r["moved_inputs"],
+        "replayed step": f"failed: {r['replay_error']}" if "replay_error" in r else "ran",
+        "replays per step": r.get("replays", "-"), "pieces run uncaptured": r.get("ran_uncaptured", "-"),
+        "max |replay - uncaptured|": number(r, "max_abs_vs_uncaptured"),
+        "max |replay - eager|": number(r, "max_abs_vs_eager"), "max |eager|": number(r, "max_abs_eager"),
+        "inputs moved since capture": r.get("moved_inputs", "-"),
         "replays of another layer's capture": shared(r), "debug mode": debug(r),
     } for r in rows])  # fmt: skip
 

@@ -109,8 +109,10 @@ def captured(built: model.Built, sm: tuple[int, int], fullgraph: bool) -> dict:
     logits and every piece call of the capture and of the replay."""
     log: list[dict] = []
     layers = layer_of(built)
+    compiled_before: list[int] = []
 
     def before_capture(graphs: Any) -> None:
+        compiled_before.append(len(graphs.backends))
         sglang_backend.observe(graphs.backends, layers, log)
 
     with recorder.simulated() if not torch.cuda.is_available() else contextlib.nullcontext():
@@ -127,7 +129,8 @@ def captured(built: model.Built, sm: tuple[int, int], fullgraph: bool) -> dict:
             logits, _, said = runner.output(run, sm, replay=True)
             why = "the replayed forward failed"
     return {"run": run, "logits": logits, "why": f"{why}: {said}", "said": said,
-            "in_capture": in_capture, "step": log, "pieces": sglang_backend.pieces(run.graphs.backends)}  # fmt: skip
+            "in_capture": in_capture, "step": log, "pieces": sglang_backend.pieces(run.graphs.backends),
+            "graphs_first_compiled_in_capture": len(run.graphs.backends) - sum(compiled_before)}  # fmt: skip
 
 
 def debug_mode(built: model.Built, sm: tuple[int, int], fullgraph: bool) -> dict:
@@ -147,12 +150,25 @@ def debug_mode(built: model.Built, sm: tuple[int, int], fullgraph: bool) -> dict
 
 def variant_row(built: model.Built, sm: tuple[int, int], variant: str, eager: torch.Tensor,
                 **extra: Any) -> dict:  # fmt: skip
-    """One variant: the captured step against the uncaptured one and eager, the pieces."""
+    """One variant: the captured step against the uncaptured one and eager, the pieces; or the
+    error SGLang's own code raised in the replayed forward (``replay_error``, with its frame)."""
     fullgraph = variant != "fullgraph_false"
     uncaptured_run = runner.drive(built, sm, fullgraph=fullgraph)
     uncaptured = _logits(uncaptured_run, sm)
     found = captured(built, sm, fullgraph)
+    counts = found["run"].compiled.counts
+    common = {"variant": variant, "fullgraph": fullgraph, **extra, "tokens": model.TOKENS,
+              "dynamo_graphs": counts.get("num_graphs_seen"), "pieces": found["pieces"],
+              "captures": sum(e["did"] == "captured" for e in found["in_capture"]),
+              "graphs_first_compiled_in_capture": found["graphs_first_compiled_in_capture"]}  # fmt: skip
     if found["logits"] is None:
+        compiled = found["run"].compiled.outcome.status == "compiled"
+        if compiled and "[at sglang/" in found["said"]:  # SGLang's own code refused the replay
+            return {
+                **common,
+                "replay_error": found["said"],
+                "debug_mode": debug_mode(built, sm, fullgraph),
+            }
         record = found["run"].as_record()
         return {"variant": variant, "fullgraph": fullgraph, **extra, "not_measured": found["why"],
                 "frames": record["frames"][-6:], "sglang_frames": record["sglang_frames"][-6:]}  # fmt: skip
@@ -162,17 +178,13 @@ def variant_row(built: model.Built, sm: tuple[int, int], variant: str, eager: to
     replays = [e for e in found["step"] if e["did"] == "replayed"]
     other = [e for e in replays if e["captured_for"] != e["layers"]]
     to_uncaptured = _max_diff(found["logits"], uncaptured)
-    counts = found["run"].compiled.counts
     return {
-        "variant": variant, "fullgraph": fullgraph, **extra, "tokens": model.TOKENS,
-        "dynamo_graphs": counts.get("num_graphs_seen"), "pieces": found["pieces"],
-        "piece_runs": len(found["step"]), "replays": len(replays),
+        **common, "piece_runs": len(found["step"]), "replays": len(replays),
         "ran_uncaptured": sum(e["did"] == "ran" for e in found["step"]),
         "replays_of_another_layer": [
             {"graph": e["graph"], "piece": e["piece"], "layers": e["layers"],
              "captured_for": e["captured_for"]} for e in other],
         "moved_inputs": sum(e["moved"] for e in replays),
-        "captures": sum(e["did"] == "captured" for e in found["in_capture"]),
         "max_abs_vs_uncaptured": to_uncaptured, "matches_uncaptured": to_uncaptured == 0.0,
         "max_abs_vs_eager": _max_diff(found["logits"], eager),
         "max_abs_eager": float(eager.float().abs().max()),

@@ -140,17 +140,24 @@ def _of(rows: list[dict], variant: str) -> list[dict]:
 
 
 def _model_number(model_rows: list[dict]) -> str:
-    """The GLM-5 drive's deciding number, or why it has none."""
-    measured = [r for r in model_rows if "max_abs_vs_uncaptured" in r]
-    breaks = _of(measured, "fullgraph_false")
-    if not breaks:
+    """The GLM-5 drive's deciding numbers: the worst replay, each replay SGLang refused, or why
+    there are none."""
+    breaks = _of(model_rows, "fullgraph_false")
+    compared = [r for r in breaks if "max_abs_vs_uncaptured" in r]
+    refused = [r for r in breaks if "replay_error" in r]
+    if not compared and not refused:
         return "the release's own GLM-5 through its runner: not measured"
-    worst = max(breaks, key=lambda r: r["max_abs_vs_uncaptured"])
-    where = ", ".join(sorted({r["sglang_version"] for r in breaks}, key=versions.order))
-    unfixed = "" if _of(measured, "custom_op") else ", its custom op not measured"
-    return (f"the release's own GLM-5 through its runner (SGLang {where}, SM{worst['sm']}): by up "
-            f"to {worst['max_abs_vs_uncaptured']:.3g} (logits up to {worst['max_abs_eager']:.3g})"
-            f"{unfixed}")  # fmt: skip
+    said = []
+    if compared:
+        worst = max(compared, key=lambda r: r["max_abs_vs_uncaptured"])
+        where = ", ".join(sorted({r["sglang_version"] for r in compared}, key=versions.order))
+        said.append(f"SGLang {where}, SM{worst['sm']}: by up to {worst['max_abs_vs_uncaptured']:.3g} "
+                    f"(logits up to {worst['max_abs_eager']:.3g})")  # fmt: skip
+    said += [f"SGLang {r['sglang_version']}, SM{r['sm']}: its replayed forward fails in SGLang's "
+             f"own code ({r['replay_error'].split(' [at ')[0]}; {r['graphs_first_compiled_in_capture']} "
+             f"graphs were first compiled in the capture pass)" for r in refused]  # fmt: skip
+    unfixed = "" if _of(model_rows, "custom_op") else ", its custom op not measured"
+    return f"the release's own GLM-5 through its runner: {'; '.join(said)}{unfixed}"
 
 
 def decision(rows: list[dict], asked: list[str], model_rows: list[dict] = ()) -> dict:
@@ -194,7 +201,11 @@ def decision(rows: list[dict], asked: list[str], model_rows: list[dict] = ()) ->
             number=number,
             why=f"the custom op's captured step should equal its uncaptured one; {detail}",
         )
-    if all(r["max_abs_vs_uncaptured"] == 0.0 for r in breaks):
+    refused = [r for r in model_rows if "replay_error" in r]
+    if any(r["variant"] == "custom_op" for r in refused):
+        return dict(verdict="FAILED", number=number,
+                    why=f"SGLang refused the custom op's replayed forward; {detail}")  # fmt: skip
+    if not refused and all(r["max_abs_vs_uncaptured"] == 0.0 for r in breaks):
         return dict(verdict="WORKS", number=number, why=f"both variants replay correctly {detail}")
     return dict(verdict="WRONG OUTPUT", number=number,
                 why=f"a graph after a break is shared by every layer of a class, so its pieces "

@@ -30,7 +30,7 @@ from typing import Any
 
 import torch
 
-from fp4lab.compile import fix, target, trace
+from fp4lab.compile import fix, frames, target, trace
 from fp4lab.compile.audit import simulation
 from fp4lab.serving.replay import (
     backend_graphs,
@@ -283,7 +283,8 @@ def _static(runner: Any, name: str, tokens: int) -> torch.Tensor:
 def output(run: Run, sm: tuple[int, int], *, replay: bool = False
            ) -> tuple[torch.Tensor | None, str | None, str]:  # fmt: skip
     """The logits of one more warm-up forward of the runner on fixed inputs (the compiled path
-    when the pass compiled), the quantize kernel that ran, and '' or why it failed. With
+    when the pass compiled), the quantize kernel that ran, and '' or why it failed (the exception
+    and its deepest frame, ``[at file:line]``). With
     ``replay`` the forward runs outside the compile pass's marker, as the runner's ``replay``
     runs it: every piece captured for the size replays its capture."""
     runner = run.runner
@@ -321,5 +322,6 @@ def output(run: Run, sm: tuple[int, int], *, replay: bool = False
             warmup(num_tokens=tokens)
     except Exception as exc:  # recorded: the comparison could not run
         line = traceback.format_exception_only(exc)[-1].strip()
-        return None, None, line[:500]
+        last = traceback.extract_tb(exc.__traceback__)[-1]
+        return None, None, f"{line[:500]} [at {frames.relative_path(last.filename)}:{last.lineno}]"
     return kept[-1].next_token_logits, ran.kernel, ""
