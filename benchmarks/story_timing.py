@@ -166,7 +166,9 @@ def main() -> None:
             continue
         goal = GOALS.get(key)
         shown = (
-            f"{value / 2**20:,.0f} MiB"
+            f"{value:.0f}"
+            if key.endswith("_exit")
+            else f"{value / 2**20:,.0f} MiB"
             if key.endswith("bytes")
             else (f"{value:.1f}x" if key.startswith("speedup") else f"{value:.2f} s")
         )
