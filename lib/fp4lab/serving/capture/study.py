@@ -97,16 +97,21 @@ def measure_model(rec: records.Recorder, sm: str) -> list[dict]:
     release per core at once; every row recorded, the measured ones returned."""
     logs = paths.build_dir() / "logs" / rec.notebook
     logs.mkdir(parents=True, exist_ok=True)
-    checkpoint, children, rows = str(model_checkpoint()), [], []
+    ready, rows = [], []
     for version in versions.check_versions(rec.params["sglang_versions"]):
         built = env.ensure_env(version)
         if not built.ok:
             rec.add("sglang_model_capture_not_measured",
                     {"sglang_version": version, "sm": sm, "why": f"environment: {built.error}"})  # fmt: skip
             continue
-        children.append((built, venvs.Child(
-            built.python, "fp4lab.serving.capture.model_capture", (sm, checkpoint),
-            f"model-capture-{version}-sm{sm}", f"SGLang {version}'s runner on its GLM-5")))  # fmt: skip
+        ready.append(built)
+    if not ready:
+        return rows
+    checkpoint = str(model_checkpoint())  # from models/, which the GPU bundle does not carry
+    children = [(built, venvs.Child(
+        built.python, "fp4lab.serving.capture.model_capture", (sm, checkpoint),
+        f"model-capture-{built.version}-sm{sm}", f"SGLang {built.version}'s runner on its GLM-5"))
+        for built in ready]  # fmt: skip
     print(f"SGLang's own GLM-5 ({MODEL_LAYERS} layers) through its runner, captured, at SM{sm}: "
           f"{', '.join(b.version for b, _ in children)} ...", flush=True)  # fmt: skip
 
