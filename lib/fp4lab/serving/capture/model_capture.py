@@ -35,7 +35,7 @@ import torch
 from fp4lab.compile import frames, stages
 from fp4lab.core import paths, probe
 from fp4lab.serving.capture import recorder, sglang_backend
-from fp4lab.serving.replay import child, model, runner
+from fp4lab.serving.replay import child, forward, model, plugin, runner
 
 VARIANTS = ("fullgraph_false", "custom_op")
 """``fullgraph_false``: the release as released, ``install_torch_compiled`` given
@@ -98,7 +98,7 @@ def _logits(run: runner.Run, sm: tuple[int, int]) -> torch.Tensor:
         record = run.as_record()
         raise RuntimeError(f"the runner's pass ended {status}: {record['message']} (frames: "
                            f"{record['frames'][-4:]}; SGLang's: {record['sglang_frames'][-4:]})")  # fmt: skip
-    logits, _, why = runner.output(run, sm)
+    logits, _, why = forward.output(run, sm)
     if logits is None:
         raise RuntimeError(f"the forward after the pass failed: {why}")
     return logits.clone()
@@ -126,7 +126,7 @@ def captured(built: model.Built, sm: tuple[int, int], fullgraph: bool) -> dict:
             f"the captured run ended {record['status']}",
         )
         if record["status"] == "compiled":
-            logits, _, said = runner.output(run, sm, replay=True)
+            logits, _, said = forward.output(run, sm, replay=True)
             why = "the replayed forward failed"
     return {"run": run, "logits": logits, "why": f"{why}: {said}", "said": said,
             "in_capture": in_capture, "step": log, "pieces": sglang_backend.pieces(run.graphs.backends),
@@ -207,7 +207,7 @@ def runnable(built: model.Built, sm: tuple[int, int], version: str, out: Path) -
         if needed is None or needed in parts:
             raise RuntimeError(f"the release's runner fails eagerly: {record['message']}")
         parts.append(needed)
-        child.apply_part(built, sm, version, needed, out)
+        plugin.apply_part(built, sm, version, needed, out.parent / "patch")
 
 
 def measure(built: model.Built, sm: tuple[int, int], version: str, out: Path) -> list[dict]:

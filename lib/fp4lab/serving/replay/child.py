@@ -38,7 +38,7 @@ import torch
 
 from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, forks, paths, probe
-from fp4lab.serving.replay import facts, model, models, patch, plugin, quantize, runner
+from fp4lab.serving.replay import facts, forward, model, models, patch, plugin, quantize, runner
 from fp4lab.serving.replay.flags import user_flags
 
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
@@ -159,27 +159,20 @@ def fix_walk(built: model.Built, sm: tuple[int, int], version: str, out: Path) -
             if needed is None or needed in parts:
                 break
             parts.append(needed)  # this step's part alone is imported: earlier ones are applied
-            apply_part(built, sm, version, needed, out)
+            plugin.apply_part(built, sm, version, needed, out.parent / "patch")
         result = {"steps": steps, "parts": parts, "compiles": steps[-1]["status"] == "compiled",
                   "plugin": patch.render(version, label, parts, binding) if parts else None}  # fmt: skip
         if result["compiles"]:
-            got = runner.output(compiled, sm)  # before the eager pass takes the trampoline off
+            got = forward.output(compiled, sm)  # before the eager pass takes the trampoline off
             record = compiled.as_record()
             result |= {"graphs": compiled.compiled.counts.get("num_graphs_seen"),
                        "pieces": compiled.compiled.counts.get("num_piecewise_capturable_graphs_seen"),
                        **{k: record[k] for k in ("expected_pieces", "cut_pieces", "split_ops_used",
                                                  "graph_custom_ops")}}  # fmt: skip
-            result |= plugin.compared(got, runner.output(runner.drive(built, sm, eager=True), sm))
+            result |= plugin.compared(got, forward.output(runner.drive(built, sm, eager=True), sm))
             result["evidence"] = evidence.of_run(traced=True, simulated=probe.target()["simulated"],
                                                  kernel=result["kernel"])  # fmt: skip
     return result
-
-
-def apply_part(built: model.Built, sm: tuple[int, int], version: str, part: str, out: Path) -> None:
-    """The patch holding ``part`` alone, written beside ``out`` and imported into this process."""
-    label = f"{sm[0]}.{sm[1]}"
-    text = patch.render(version, label, [part], plugin.quantize_binding(built))
-    plugin.load(patch.write(out.parent / "patch" / part, version, label, text)[0], built)
 
 
 def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:

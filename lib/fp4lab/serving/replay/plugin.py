@@ -40,6 +40,16 @@ def load(path: Path, built: model.Built) -> Any:
     return plugin
 
 
+def apply_part(
+    built: model.Built, sm: tuple[int, int], version: str, part: str, folder: Path
+) -> None:
+    """The patch holding ``part`` alone, written into ``folder/part`` and imported into this
+    process (the parts applied before it stay applied)."""
+    label = f"{sm[0]}.{sm[1]}"
+    text = patch.render(version, label, [part], quantize_binding(built))
+    load(patch.write(folder / part, version, label, text)[0], built)
+
+
 def quantize_binding(built: model.Built) -> dict:
     chosen = built.facts["quantize"]
     return {"module": "sglang.srt.layers.quantization.modelopt_quant",

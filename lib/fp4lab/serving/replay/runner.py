@@ -12,9 +12,8 @@ CUDA-graph capture itself (``capture``) and the graph memory pool handle. Every 
 SGLang's backend receives is read (the ops it holds, the split ops it cuts at, the pieces).
 
 ``drive(eager=True)`` is the same runner without ``install_torch_compiled``: the same warm-up
-forwards, contexts, inputs and stand-ins, run eagerly. ``output`` then runs one more warm-up
-forward on fixed token ids and positions (written into the runner's static buffers, as its
-replay does) and returns the logits.
+forwards, contexts, inputs and stand-ins, run eagerly. ``forward.output`` then runs one more
+forward and returns the logits.
 """
 
 from __future__ import annotations
@@ -23,21 +22,19 @@ import contextlib
 import inspect
 import logging
 import time
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
-from fp4lab.compile import fix, frames, target, trace
+from fp4lab.compile import target, trace
 from fp4lab.compile.audit import simulation
 from fp4lab.serving.replay import (
     backend_graphs,
     inside,
     kernels,
     model,
-    models,
     reworked,
     setup_standins,
 )
@@ -248,80 +245,3 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False, captu
     compiled = inside.Compiled(outcome, counts, backend_graphs.config_split_ops(), contexts, found, cause,
                                entry=name)  # fmt: skip
     return Run(compiled, graphs, eager, built_runner)
-
-
-CONTEXTS = (
-    ("sglang.srt.compilation.compile", "set_compiled", (True,)),
-    ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph", ()),
-    ("sglang.srt.compilation.piecewise_context_manager", "enable_piecewise_cuda_graph_compile", ()),
-)
-"""The contexts the runner's compile warm-up runs in (``set_compiled`` only in releases that
-gate the compiled forward on it, 0.5.9-0.5.11)."""
-
-
-def compile_contexts(replay: bool = False) -> list:
-    """The release's own CONTEXTS, those it has, ready to enter; with ``replay`` all but the
-    compile pass's marker."""
-    found = []
-    for module, name, args in CONTEXTS[:2] if replay else CONTEXTS:
-        manager = kernels.attribute(module, name)
-        if manager is not None:
-            found.append(lambda m=manager, a=args: m(*a))
-    return found
-
-
-def _static(runner: Any, name: str, tokens: int) -> torch.Tensor:
-    """The runner's static input buffer ``name`` for one request of ``tokens`` tokens, wherever
-    the release keeps it: a buffer registry's slot (0.5.13 on), one buffers record (0.5.12), or
-    the runner itself."""
-    registry = getattr(runner, "buffer_registry", None)
-    if registry is not None:
-        return registry.get_slot(name).slice_for(1, tokens)
-    return getattr(getattr(runner, "buffers", runner), name)[:tokens]
-
-
-def output(run: Run, sm: tuple[int, int], *, replay: bool = False
-           ) -> tuple[torch.Tensor | None, str | None, str]:  # fmt: skip
-    """The logits of one more warm-up forward of the runner on fixed inputs (the compiled path
-    when the pass compiled), the quantize kernel that ran, and '' or why it failed (the exception
-    and its deepest frame, ``[at file:line]``). With
-    ``replay`` the forward runs outside the compile pass's marker, as the runner's ``replay``
-    runs it: every piece captured for the size replays its capture."""
-    runner = run.runner
-    if runner is None:
-        return None, None, "the runner was not built"
-    tokens = model.TOKENS
-    generator = torch.Generator().manual_seed(0)
-    input_ids, positions = (_static(runner, name, tokens) for name in ("input_ids", "positions"))
-    vocab = models.TINY["vocab_size"]
-    input_ids.copy_(torch.randint(0, vocab, (tokens,), generator=generator))
-    positions.copy_(torch.arange(tokens))
-    warmup = getattr(runner, "warmup_torch_compile", None) or getattr(
-        runner, "warmup_compile", None
-    )
-    contexts = compile_contexts(replay)
-    if warmup is None and hasattr(runner, "_run_dummy_forward"):  # the tc_piecewise runner
-        warmup, contexts = runner._run_dummy_forward, reworked.compile_contexts()
-    if warmup is None:
-        return None, None, "the release's runner has no compile warm-up to compare logits through"
-    top = runner.model_runner.model
-    kept: list[Any] = []
-
-    def forward(*args: Any, **kwargs: Any) -> Any:
-        kept.append(type(top).forward(top, *args, **kwargs))
-        return kept[-1]
-
-    try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(target.attribute_replaced(top, "forward", forward))
-            stack.enter_context(kernels.device_queries(sm))
-            ran = stack.enter_context(fix.observing())
-            for enter in contexts:
-                stack.enter_context(enter())
-            stack.enter_context(torch.no_grad())
-            warmup(num_tokens=tokens)
-    except Exception as exc:  # recorded: the comparison could not run
-        line = traceback.format_exception_only(exc)[-1].strip()
-        last = traceback.extract_tb(exc.__traceback__)[-1]
-        return None, None, f"{line[:500]} [at {frames.relative_path(last.filename)}:{last.lineno}]"
-    return kept[-1].next_token_logits, ran.kernel, ""
