@@ -44,10 +44,6 @@ VARIANTS = ("fullgraph_false", "custom_op")
 parts as split ops)."""
 
 
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
-    return float((a.float() - b.float()).abs().max())
-
-
 def layer_of(built: model.Built) -> dict[int, int]:
     """Each weight's and buffer's address in the decoder layers, and its layer's index."""
     language = getattr(built.model, "language_model", built.model)
@@ -153,44 +149,26 @@ def variant_row(built: model.Built, sm: tuple[int, int], variant: str, eager: to
     """One variant: the captured step against the uncaptured one and eager, the pieces; or the
     error SGLang's own code raised in the replayed forward (``replay_error``, with its frame)."""
     fullgraph = variant != "fullgraph_false"
-    uncaptured_run = runner.drive(built, sm, fullgraph=fullgraph)
-    uncaptured = _logits(uncaptured_run, sm)
+    head = {"variant": variant, "fullgraph": fullgraph, **extra}
+    uncaptured = _logits(runner.drive(built, sm, fullgraph=fullgraph), sm)
     found = captured(built, sm, fullgraph)
-    counts = found["run"].compiled.counts
-    common = {"variant": variant, "fullgraph": fullgraph, **extra, "tokens": model.TOKENS,
-              "dynamo_graphs": counts.get("num_graphs_seen"), "pieces": found["pieces"],
+    run = found["run"]
+    common = {**head, "tokens": model.TOKENS, "dynamo_graphs": run.compiled.counts.get(
+              "num_graphs_seen"), "pieces": found["pieces"],
               "captures": sum(e["did"] == "captured" for e in found["in_capture"]),
               "graphs_first_compiled_in_capture": found["graphs_first_compiled_in_capture"]}  # fmt: skip
     if found["logits"] is None:
-        compiled = found["run"].compiled.outcome.status == "compiled"
-        if compiled and "[at sglang/" in found["said"]:  # SGLang's own code refused the replay
-            return {
-                **common,
-                "replay_error": found["said"],
-                "debug_mode": debug_mode(built, sm, fullgraph),
-            }
-        record = found["run"].as_record()
-        return {"variant": variant, "fullgraph": fullgraph, **extra, "not_measured": found["why"],
-                "frames": record["frames"][-6:], "sglang_frames": record["sglang_frames"][-6:]}  # fmt: skip
-    if not any(e["did"] == "captured" for e in found["in_capture"]):
-        return {"variant": variant, "fullgraph": fullgraph, **extra,
-                "not_measured": "the runner's capture captured no piece"}  # fmt: skip
-    replays = [e for e in found["step"] if e["did"] == "replayed"]
-    other = [e for e in replays if e["captured_for"] != e["layers"]]
-    to_uncaptured = _max_diff(found["logits"], uncaptured)
-    return {
-        **common, "piece_runs": len(found["step"]), "replays": len(replays),
-        "ran_uncaptured": sum(e["did"] == "ran" for e in found["step"]),
-        "replays_of_another_layer": [
-            {"graph": e["graph"], "piece": e["piece"], "layers": e["layers"],
-             "captured_for": e["captured_for"]} for e in other],
-        "moved_inputs": sum(e["moved"] for e in replays),
-        "max_abs_vs_uncaptured": to_uncaptured, "matches_uncaptured": to_uncaptured == 0.0,
-        "max_abs_vs_eager": _max_diff(found["logits"], eager),
-        "max_abs_eager": float(eager.float().abs().max()),
-        "uncaptured_vs_eager": _max_diff(uncaptured, eager),
-        "debug_mode": debug_mode(built, sm, fullgraph),
-    }  # fmt: skip
+        if run.compiled.outcome.status == "compiled" and "[at sglang/" in found["said"]:
+            # SGLang's own code refused the replay
+            return {**common, "replay_error": found["said"],
+                    "debug_mode": debug_mode(built, sm, fullgraph)}  # fmt: skip
+        record = run.as_record()
+        return {**head, "not_measured": found["why"], "frames": record["frames"][-6:],
+                "sglang_frames": record["sglang_frames"][-6:]}  # fmt: skip
+    if not common["captures"]:
+        return {**head, "not_measured": "the runner's capture captured no piece"}
+    return {**common, **sglang_backend.compared(found["step"], found["logits"], uncaptured, eager),
+            "debug_mode": debug_mode(built, sm, fullgraph)}  # fmt: skip
 
 
 def runnable(built: model.Built, sm: tuple[int, int], version: str, out: Path) -> list[str]:

@@ -166,8 +166,30 @@ class Drive:
         return pieces(self.backends)
 
 
-def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+def max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    """The largest absolute elementwise difference of two tensors, in float32."""
     return float((a.float() - b.float()).abs().max())
+
+
+def compared(step: list[dict], output: torch.Tensor, uncaptured: torch.Tensor,
+             eager: torch.Tensor) -> dict:  # fmt: skip
+    """What one replayed step's piece calls (``Observed``'s log) did, and how far its ``output``
+    is from the uncaptured step's and from eager's."""
+    replays = [e for e in step if e["did"] == "replayed"]
+    to_uncaptured = max_diff(output, uncaptured)
+    return {
+        "piece_runs": len(step), "replays": len(replays),
+        "ran_uncaptured": sum(e["did"] == "ran" for e in step),
+        "replays_of_another_layer": [
+            {"graph": e["graph"], "piece": e["piece"], "layers": e["layers"],
+             "captured_for": e["captured_for"]}
+            for e in replays if e["captured_for"] != e["layers"]],
+        "moved_inputs": sum(e["moved"] for e in replays),
+        "max_abs_vs_uncaptured": to_uncaptured, "matches_uncaptured": to_uncaptured == 0.0,
+        "max_abs_vs_eager": max_diff(output, eager),
+        "max_abs_eager": float(eager.float().abs().max()),
+        "uncaptured_vs_eager": max_diff(uncaptured, eager),
+    }  # fmt: skip
 
 
 def measure(release: Release, variant: str, shape: segment.LayerShape, layers: int,
@@ -188,25 +210,12 @@ def measure(release: Release, variant: str, shape: segment.LayerShape, layers: i
     for n in sizes:
         drive.log.clear()
         output = drive.step(batches[n])
-        replays = [e for e in drive.log if e["did"] == "replayed"]
-        other = [e for e in replays if e["captured_for"] != e["layers"]]
-        to_uncaptured = _max_diff(output, uncaptured[n])
         rows.append({
             "variant": variant, "fullgraph": VARIANTS[variant][0], "tokens": n, "layers": layers,
             "dynamo_graphs": len(drive.backends), "pieces": drive.pieces(),
-            "piece_runs": len(drive.log), "replays": len(replays),
-            "ran_uncaptured": sum(e["did"] == "ran" for e in drive.log),
-            "replays_of_another_layer": [
-                {"graph": e["graph"], "piece": e["piece"], "layers": e["layers"],
-                 "captured_for": e["captured_for"]} for e in other],
-            "moved_inputs": sum(e["moved"] for e in replays),
+            **compared(drive.log, output, uncaptured[n], eager[n]),
             "replays_during_capture_pass": sum(
                 e["did"] == "replayed" and e["tokens"] == n for e in in_capture),
-            "max_abs_vs_uncaptured": to_uncaptured,
-            "matches_uncaptured": to_uncaptured == 0.0,
-            "max_abs_vs_eager": _max_diff(output, eager[n]),
-            "max_abs_eager": float(eager[n].float().abs().max()),
-            "uncaptured_vs_eager": _max_diff(uncaptured[n], eager[n]),
         })  # fmt: skip
     rows[0]["debug_mode"] = debug_mode(release, variant, shape, layers, sizes, batches)
     return rows
