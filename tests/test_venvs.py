@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 from importlib import metadata
 
 import pytest
@@ -43,6 +45,23 @@ def test_environments_share_the_caches_bytes_and_are_counted_once(tmp_path):
     assert second.own_bytes < second.bytes
     both = paths.disk_bytes(tmp_path)
     assert both < first.bytes + second.bytes, "a file linked twice is counted once"
+
+
+@pytest.mark.environments
+def test_an_environment_compiles_what_it_imports_once_whatever_pythondontwritebytecode_says(
+    tmp_path,
+):
+    env = venvs.ensure(tmp_path / "env", [["install", "six==1.17.0"]])
+    assert env.status == "built", env.error
+    (site,) = (tmp_path / "env").glob("lib/python*/site-packages")
+    assert not list(site.rglob("*.pyc")), "nothing is compiled at install"
+    quiet = {**os.environ, "PYTHONDONTWRITEBYTECODE": "1"}
+    subprocess.run([env.python, "-c", "import six"], env=quiet, check=True)
+    assert [p.name.split(".")[0] for p in site.glob("__pycache__/*.pyc")] == ["six"]
+    (site / venvs.BYTECODE[0]).unlink()  # the same environment without the file writes nothing
+    shutil.rmtree(site / "__pycache__")
+    subprocess.run([env.python, "-c", "import six"], env=quiet, check=True)
+    assert not list(site.rglob("*.pyc"))
 
 
 def test_side_environments_get_the_main_environments_torch():
