@@ -28,7 +28,8 @@ LOCK_TORCH := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' $(LOCK))
 STAMP    := $(VENV)/.installed-$(subst +,-,$(subst =,-,$(subst /,-,$(TORCH))))
 
 # uv builds every environment from one cache inside build/ (files hardlinked, never copied), with
-# bytecode compiled at install, no Python downloads, and pip's find-links (uv reads no pip config).
+# build/venv's bytecode compiled at install (side environments compile on import: core.venvs),
+# no Python downloads, and pip's find-links (uv reads no pip config).
 export UV_CACHE_DIR          := $(abspath $(BUILD))/cache/uv
 export UV_LINK_MODE          := hardlink
 export UV_COMPILE_BYTECODE   := 1
