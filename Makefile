@@ -28,11 +28,10 @@ LOCK_TORCH := $(shell sed -n 's/^\(torch==[^ ]*\).*/\1/p' $(LOCK))
 STAMP    := $(VENV)/.installed-$(subst +,-,$(subst =,-,$(subst /,-,$(TORCH))))
 
 # uv builds every environment from one cache inside build/ (files hardlinked, never copied), with
-# build/venv's bytecode compiled at install (side environments compile on import: core.venvs),
-# no Python downloads, and pip's find-links (uv reads no pip config).
+# bytecode compiled on import, not at install (core.venvs.BYTECODE), no Python downloads, and
+# pip's find-links (uv reads no pip config).
 export UV_CACHE_DIR          := $(abspath $(BUILD))/cache/uv
 export UV_LINK_MODE          := hardlink
-export UV_COMPILE_BYTECODE   := 1
 export UV_PYTHON_DOWNLOADS   := never
 PIP_FIND_LINKS ?= $(shell $(PYTHON) -m pip config get global.find-links 2>/dev/null)
 ifneq ($(strip $(PIP_FIND_LINKS)),)
@@ -112,6 +111,7 @@ $(STAMP): pyproject.toml $(LOCK)
 	$(UV) pip sync --python $(PY) $(LOCK)
 	$(if $(filter $(LOCK_TORCH),$(TORCH)),,$(UV) pip install --python $(PY) "$(TORCH)")
 	$(UV) pip install --python $(PY) --no-deps -e .
+	$(PY) -c "from fp4lab.core import venvs; venvs.compile_on_import()"
 	$(PY) -m ipykernel install --sys-prefix --name fp4lab --display-name "Python (fp4lab)"
 	rm -f $(VENV)/.installed-* && touch $@
 

@@ -9,7 +9,8 @@ Prints, and records in data/benchmark_story.jsonl:
     empty cache (goal: < 45 min; downloads every package again), each notebook's status and
     seconds in that run, and that clone's build/ with hardlinks counted once (goal: <= 25 GiB);
   * with --ci, the wall time and exit status of CI (`bash .ci/run`) in a fresh clone
-    (goal: < 20 min);
+    (goal: < 20 min), and whether Chromium was already installed (then .ci/run's apt install of
+    it is not in the time);
   * the size on disk of the environment (build/venv).
 
     build/venv/bin/python benchmarks/story_timing.py [--reproduce] [--cold] [--ci]
@@ -20,6 +21,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import tempfile
 import time
@@ -148,6 +150,7 @@ def main() -> None:
     if args.ci:
         with tempfile.TemporaryDirectory(prefix="fp4lab-ci-") as tmp:
             clone, env = fresh_clone(tmp)
+            values["ci_chromium_installed_before"] = shutil.which("chromium") is not None
             values["ci_s"], values["ci_exit"] = timed_run(["bash", ".ci/run"], clone, env)
     values["venv_bytes"] = paths.disk_bytes(paths.build_dir() / "venv")
     records.append(

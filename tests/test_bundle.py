@@ -68,13 +68,14 @@ def test_install_takes_only_what_the_interpreter_lacks(tmp_path):
 
 
 def _python_with(env_dir: Path, packages: list[str]) -> Path:
-    """A bare python3 (uv-built, from the shared cache) with only ``packages``."""
-    uv = [venvs.uv_binary(), "--quiet"]
-    subprocess.run([*uv, "venv", "--seed", "--python", sys.executable, env_dir], check=True,
-                   env=venvs.uv_environment())  # fmt: skip
+    """A bare python3 (uv-built, from the shared cache) with only ``packages``, their bytecode
+    compiled at install as a machine's own python3 has it."""
+    uv, env = [venvs.uv_binary(), "--quiet"], {**venvs.uv_environment(), "UV_COMPILE_BYTECODE": "1"}
+    subprocess.run(
+        [*uv, "venv", "--seed", "--python", sys.executable, env_dir], check=True, env=env
+    )
     python = env_dir / "bin" / "python"
-    subprocess.run([*uv, "pip", "install", "--python", python, *packages], check=True,
-                   env=venvs.uv_environment())  # fmt: skip
+    subprocess.run([*uv, "pip", "install", "--python", python, *packages], check=True, env=env)
     return python
 
 

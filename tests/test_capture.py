@@ -5,10 +5,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from fp4lab.compile import fix, piecewise, segment
-from fp4lab.core import venvs
-from fp4lab.serving.capture import recorder, sglang_backend, study
-from fp4lab.serving.replay import env, versions
+from fp4lab.serving.capture import recorder, study
 
 
 def _capture(graph_type: type, graph_context: type, x: torch.Tensor, w: torch.Tensor,
@@ -116,47 +113,3 @@ def test_the_decision_weighs_the_releases_own_glm5():
         study.decision(stack, ["0.5.9"], [{**refused, "variant": "custom_op"}])["verdict"]
         == "FAILED"
     )
-
-
-def _mirror_replay_error(variant: str, fullgraph: bool, shape: segment.LayerShape, layers: int,
-                         tokens: int) -> float:  # fmt: skip
-    """fp4lab's mirror (``compile.piecewise``) under the recorder, in SGLang's order: a warm-up
-    and a capture on the static buffer, then a step with the next batch copied in; its distance
-    from a compile of its own with capture off."""
-
-    def compiled(backend: piecewise.Backend) -> object:
-        torch._dynamo.reset()
-        stack = segment.Stack(shape, layers, fix.quantize_for(variant, torch.device("cpu")),
-                              split_attention=True)  # fmt: skip
-        return torch.compile(stack, backend=backend, fullgraph=fullgraph, dynamic=False)
-
-    static = segment.tokens_input(shape, tokens, seed=sglang_backend.CAPTURE_SEED)
-    batch = segment.tokens_input(shape, tokens, seed=sglang_backend.STEP_SEED)
-    with torch.no_grad():
-        uncaptured = compiled(piecewise.Backend("eager"))(batch)
-        with recorder.simulated():
-            step = compiled(piecewise.Backend("eager", capture=True))
-            step(static), step(static)
-            static.copy_(batch)
-            replayed = step(static)
-    return float((replayed.float() - uncaptured.float()).abs().max())
-
-
-@pytest.mark.environments
-def test_fp4labs_mirror_replays_as_sglangs_own_backend(tmp_path):
-    """The mirror stays for the GPU's cost per step because it returns what SGLang 0.5.9's own
-    backend returns on the same stack, inputs and order, at each of two capture sizes (with one
-    size SGLang's graphs after a break keep static shapes, and a piece without a symbolic size is
-    never captured: the same run replays nothing wrong, the mirror's would)."""
-    built = env.ensure_env(versions.STORY_VERSION)
-    assert built.ok, built.error
-    child = venvs.Child(built.python, "fp4lab.serving.capture.sglang_backend", ("64", "2", "16,32"),
-                        "capture-mirror", "SGLang's piecewise backend")  # fmt: skip
-    found = venvs.run_child(child, tmp_path, 600)
-    assert "error" not in found, found.get("traceback", found["error"])
-    theirs = {(r["variant"], r["tokens"]): r["max_abs_vs_uncaptured"] for r in found["rows"]}
-    shape = segment.LayerShape.glm5(64)
-    ours = {(name, tokens): _mirror_replay_error(variant, fullgraph, shape, 2, tokens)
-            for name, (fullgraph, variant) in sglang_backend.VARIANTS.items() for tokens in (16, 32)}  # fmt: skip
-    assert ours == theirs, (ours, theirs)
-    assert theirs["fullgraph_false", 32] > 0 == theirs["custom_op", 32], "both outcomes are seen"

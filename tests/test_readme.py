@@ -64,7 +64,15 @@ def test_fresh_clone_timings_say_met_or_missed_from_each_newest_record():
     )
     assert "did not run to the end: 14_models; its build/ 20.00 GiB, goal 25 GiB met" in cold
     assert "1300 s, goal 20 min MISSED, FAILED (exit 2)" in ci
-    cold, ci = findings._fresh_clone_lines([rows[1], rows[0], {"values": {"ci_s": 900.0, "ci_exit": 0},
-                                                                "provenance": prov}])  # fmt: skip
+    passed = {"ci_s": 900.0, "ci_exit": 0, "ci_chromium_installed_before": True}
+    cold, ci = findings._fresh_clone_lines(
+        [rows[1], rows[0], {"values": passed, "provenance": prov}]
+    )
     assert "2000 s, goal 45 min met; its build/ 30.00 GiB, goal 25 GiB MISSED" in cold
-    assert "900 s, goal 20 min met, passed" in ci
+    assert (
+        "900 s (Chromium already installed: its apt install not timed), goal 20 min met, passed"
+        in ci
+    )
+    passed["ci_chromium_installed_before"] = False
+    [ci] = findings._fresh_clone_lines([{"values": passed, "provenance": prov}])
+    assert "900 s (Chromium installed by it), goal 20 min met" in ci

@@ -7,10 +7,11 @@ holding the steps marks an environment complete, so it is reused only when it wa
 same steps. uv's progress is shown as it builds; an install that fails is returned with the tail
 of uv's error, never raised, and leaves no half-built environment behind.
 
-Bytecode is compiled on import, not at install (``BYTECODE``): a side environment holds 15,000 or
-more Python files, of which a child imports a fifth, and compiling them all took most of a
-build's time. The environment writes what it imports to its own ``__pycache__`` folders inside
-build/, even where ``PYTHONDONTWRITEBYTECODE`` is set, so only its first import compiles.
+Bytecode is compiled on import, not at install (``BYTECODE``), here and in build/venv: an
+environment holds 15,000 or more Python files, of which a process imports a fifth, and compiling
+them all took most of a side environment's build. Each environment writes what it imports to
+its own ``__pycache__`` folders, even where ``PYTHONDONTWRITEBYTECODE`` is set, so only its
+first import compiles.
 
 uv reads none of pip's configuration: where pip is configured with find-links (a local wheel
 folder, such as the one holding this project's CPU build of torch), they are passed to uv.
@@ -28,6 +29,7 @@ import os
 import shutil
 import subprocess
 import sys
+import sysconfig
 import time
 from collections.abc import Callable, Iterable, Sized
 from dataclasses import dataclass
@@ -125,6 +127,13 @@ def check_released(name: str, package: str, versions: list[str]) -> list[str]:
     return versions
 
 
+def compile_on_import(site_packages: Path | None = None) -> None:
+    """Write ``BYTECODE`` into ``site_packages`` (this interpreter's by default: ``make`` calls it
+    for build/venv)."""
+    site = site_packages or Path(sysconfig.get_paths()["purelib"])
+    (site / BYTECODE[0]).write_text(BYTECODE[1])
+
+
 def uv_environment() -> dict[str, str]:
     """The process environment for uv: the shared cache, no Python downloads, pip's find-links."""
     env = dict(os.environ)
@@ -219,8 +228,8 @@ def ensure(path: Path, steps: list[list[str]]) -> Environment:
         if error:
             shutil.rmtree(path, ignore_errors=True)
             return _said(Environment(path, "failed", time.perf_counter() - started, error), log)
-    site = path / "lib" / f"python{sys.version_info.major}.{sys.version_info.minor}"
-    (site / "site-packages" / BYTECODE[0]).write_text(BYTECODE[1])
+    compile_on_import(path / "lib" / f"python{sys.version_info[0]}.{sys.version_info[1]}" /
+                      "site-packages")  # fmt: skip
     stamp.write_text(recipe)
     return _said(Environment(path, "built", time.perf_counter() - started), log)
 

@@ -188,8 +188,12 @@ def _fresh_clone_lines(rows: list[dict]) -> list[str]:
     if ci is not None:
         v, commit = ci["values"], ci["provenance"]["git"]["commit"][:10]
         how = "passed" if v["ci_exit"] == 0 else f"FAILED (exit {v['ci_exit']})"
-        lines.append(f"- CI (`bash .ci/run`) in a fresh clone at commit {commit}: {v['ci_s']:.0f} s, "
-                     f"{_goal_said(v['ci_s'], 1200)}, {how};")  # fmt: skip
+        before = {
+            True: " (Chromium already installed: its apt install not timed)",
+            False: " (Chromium installed by it)",
+        }.get(v.get("ci_chromium_installed_before"), "")
+        lines.append(f"- CI (`bash .ci/run`) in a fresh clone at commit {commit}: {v['ci_s']:.0f} s"
+                     f"{before}, {_goal_said(v['ci_s'], 1200)}, {how};")  # fmt: skip
     return lines
 
 
