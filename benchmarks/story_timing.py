@@ -169,7 +169,9 @@ def main() -> None:
             continue
         goal = GOALS.get(key)
         shown = (
-            f"{value:.0f}"
+            ("yes" if value else "no")
+            if isinstance(value, bool)
+            else f"{value:.0f}"
             if key.endswith("_exit")
             else f"{value / 2**20:,.0f} MiB"
             if key.endswith("bytes")

@@ -62,16 +62,21 @@ BINARIES_REMOVED = f"{KERNEL_BINARIES}_binaries_removed"
 MANIFEST = ".fp4lab-standins.json"
 
 
-def _import_error(python: str, module: str, prelude: str = "") -> str:
-    """'' when ``module`` imports in ``python``'s environment (after ``prelude``), else the
-    error's last line."""
-    done = subprocess.run(
-        [python, "-c", f"{prelude}import {module}"], capture_output=True, text=True, timeout=600
-    )
-    if done.returncode == 0:
-        return ""
+def _import_errors(python: str, modules: list[str], prelude: str = "") -> dict[str, str]:
+    """Each of ``modules`` imported in turn in one process of ``python``'s environment (after
+    ``prelude``): '' where it imports, else the last line of its error, as a traceback ends."""
+    code = (f"{prelude}import importlib, json, traceback\nfound = {{}}\nfor name in {modules!r}:\n"
+            "    try:\n        importlib.import_module(name)\n        found[name] = ''\n"
+            "    except Exception as exc:\n"
+            "        said = ''.join(traceback.format_exception_only(exc)).splitlines()\n"
+            "        found[name] = [line for line in said if line.strip()][-1]\n"
+            "print(json.dumps(found))")  # fmt: skip
+    done = subprocess.run([python, "-c", code], capture_output=True, text=True, timeout=600)
+    printed = done.stdout.strip().splitlines()
+    if done.returncode == 0 and printed:
+        return json.loads(printed[-1])
     lines = [line for line in done.stderr.splitlines() if line.strip()]
-    return lines[-1] if lines else f"exit code {done.returncode}"
+    return dict.fromkeys(modules, lines[-1] if lines else f"exit code {done.returncode}")
 
 
 def site_packages(python: str) -> Path:
@@ -85,21 +90,14 @@ def site_packages(python: str) -> Path:
     return Path(done.stdout.strip())
 
 
-def _drop_kernel_binaries(python: str, prelude: str) -> dict | str:
-    """The kernel package's binaries removed from the environment (and its entries from uv's
-    cache, which the environment's files were hardlinks of), the import checked again; what was
-    removed, or why the import fails without them."""
-    from fp4lab.core import venvs
-
-    package = site_packages(python) / KERNEL_BINARIES
+def _drop_kernel_binaries(site: Path) -> dict:
+    """The kernel package's CUDA binaries removed from the environment at ``site``: the manifest
+    entry saying what was removed."""
+    package = site / KERNEL_BINARIES
     binaries = sorted(p for p in package.rglob("*.so*") if p.is_file())
     sizes = sum(p.stat().st_size for p in binaries)
     for binary in binaries:
         binary.unlink()
-    still = _import_error(python, KERNEL_BINARIES, prelude)
-    if still:
-        return f"import {KERNEL_BINARIES} fails without its CUDA binaries: {still}"
-    venvs.uncache(list(KERNEL_PACKAGES))
     return {"name": BINARIES_REMOVED, "file": f"{KERNEL_BINARIES}/**/*.so",
             "removed": [str(p.relative_to(package)) for p in binaries], "bytes": sizes,
             "why": "CUDA-only binaries that cannot load without CUDA (the import uses the "
@@ -107,35 +105,39 @@ def _drop_kernel_binaries(python: str, prelude: str) -> dict | str:
 
 
 def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
-    """Write the stand-ins the environment needs, each import checked after ``prelude`` (code run
-    first); where the kernel package needed one, remove its CUDA binaries; returns what it holds
-    and '' (or why an import still fails)."""
+    """Write the stand-ins the environment needs, their imports checked after ``prelude`` (code
+    run first) in one process before and one after; where the kernel package needed one, remove
+    its CUDA binaries (and its entries from uv's cache, which they were hardlinks of) before the
+    second check; returns what it holds and '' (or why an import still fails)."""
+    from fp4lab.core import venvs
+
     python = str(python)
     manifest = Path(python).parent.parent / MANIFEST
     applied = json.loads(manifest.read_text()) if manifest.exists() else []
     done = {entry["name"] for entry in applied}
-    for standin in STANDINS:
-        if standin.name in done:
-            continue
-        error = _import_error(python, standin.imports, prelude)
-        if not error:
-            continue
-        target = site_packages(python) / standin.path
+    pending = [standin for standin in STANDINS if standin.name not in done]
+    errors = _import_errors(python, [s.imports for s in pending], prelude) if pending else {}
+    written = [standin for standin in pending if errors[standin.imports]]
+    site = site_packages(python)
+    for standin in written:
+        target = site / standin.path
         target.unlink(missing_ok=True)  # a hardlink into uv's cache: never write through it
         target.write_text(standin.text)
-        still = _import_error(python, standin.imports, prelude)
-        if still:
-            return applied, f"import {standin.imports} fails even with fp4lab's stand-in: {still}"
-        applied.append(
-            {"name": standin.name, "file": standin.path, "fixes": f"import {standin.imports}: "
-             f"{error}", "why": standin.why}
-        )  # fmt: skip
-        manifest.write_text(json.dumps(applied, indent=1))
-    done = {entry["name"] for entry in applied}
-    if "sgl_kernel_ops" in done and BINARIES_REMOVED not in done:
-        dropped = _drop_kernel_binaries(python, prelude)
-        if isinstance(dropped, str):
-            return applied, dropped
-        applied.append(dropped)
+    kernel = "sgl_kernel_ops" in done | {s.name for s in written} and BINARIES_REMOVED not in done
+    removed = _drop_kernel_binaries(site) if kernel else None
+    checked = [*dict.fromkeys([s.imports for s in written] + [KERNEL_BINARIES] * bool(removed))]
+    still = (
+        {m: e for m, e in _import_errors(python, checked, prelude).items() if e} if checked else {}
+    )
+    if still:
+        module, error = next(iter(still.items()))
+        without = " and without its CUDA binaries" if removed and module == KERNEL_BINARIES else ""
+        return applied, f"import {module} fails even with fp4lab's stand-in{without}: {error}"
+    applied += [{"name": s.name, "file": s.path, "fixes": f"import {s.imports}: "
+                 f"{errors[s.imports]}", "why": s.why} for s in written]  # fmt: skip
+    if removed:
+        venvs.uncache(list(KERNEL_PACKAGES))
+        applied.append(removed)
+    if checked:
         manifest.write_text(json.dumps(applied, indent=1))
     return applied, ""
