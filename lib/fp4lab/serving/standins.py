@@ -118,17 +118,17 @@ def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
     pending = [standin for standin in STANDINS if standin.name not in done]
     errors = _import_errors(python, [s.imports for s in pending], prelude) if pending else {}
     written = [standin for standin in pending if errors[standin.imports]]
+    kernel = "sgl_kernel_ops" in done | {s.name for s in written} and BINARIES_REMOVED not in done
+    if not (written or kernel):  # every import works, or its stand-in is in place already
+        return applied, ""
     site = site_packages(python)
     for standin in written:
         target = site / standin.path
         target.unlink(missing_ok=True)  # a hardlink into uv's cache: never write through it
         target.write_text(standin.text)
-    kernel = "sgl_kernel_ops" in done | {s.name for s in written} and BINARIES_REMOVED not in done
     removed = _drop_kernel_binaries(site) if kernel else None
     checked = [*dict.fromkeys([s.imports for s in written] + [KERNEL_BINARIES] * bool(removed))]
-    still = (
-        {m: e for m, e in _import_errors(python, checked, prelude).items() if e} if checked else {}
-    )
+    still = {m: e for m, e in _import_errors(python, checked, prelude).items() if e}
     if still:
         module, error = next(iter(still.items()))
         without = " and without its CUDA binaries" if removed and module == KERNEL_BINARIES else ""
@@ -138,6 +138,5 @@ def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
     if removed:
         venvs.uncache(list(KERNEL_PACKAGES))
         applied.append(removed)
-    if checked:
-        manifest.write_text(json.dumps(applied, indent=1))
+    manifest.write_text(json.dumps(applied, indent=1))
     return applied, ""
