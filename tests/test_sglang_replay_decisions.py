@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp4lab.serving.replay import decide, layout, ranks, timeline, versions
+from fp4lab.serving.replay import child, decide, layout, ranks, timeline, versions
 
 PREFILL = {"options": ["--cuda-graph-backend-prefill"], "help": "Backend for the prefill phase.",
            "choices": ["full", "breakable", "tc_piecewise", "disabled"], "default": None}  # fmt: skip
@@ -28,6 +28,50 @@ def test_a_registry_that_failed_to_import_is_not_measured_not_not_applicable():
     parsed = {k: v for k, v in replay.items() if k != "piecewise_options_error"}
     read = decide.cell("0.5.16", "12.0", {**parsed, "piecewise_options": [PREFILL]})
     assert read["outcome"] == "not measured", "the parser offers tc_piecewise: no excuse"
+
+
+# The frames of real build failures (the last 8, as ``child.failure`` keeps them).
+REFUSED_NVFP4 = [  # 0.5.3.post2, GLM-5 on SM12.0: the MoE's FP4 method asks for SM10.x
+    "sglang/srt/utils/offloader.py:36:wrap_modules", "sglang/srt/utils/common.py:517:<genexpr>",
+    "sglang/srt/models/deepseek_v2.py:2620:<lambda>", "sglang/srt/models/deepseek_v2.py:2408:__init__",
+    "sglang/srt/models/deepseek_v2.py:549:__init__",
+    "sglang/srt/layers/moe/fused_moe_triton/layer.py:209:__init__",
+    "sglang/srt/layers/quantization/modelopt_quant.py:694:get_quant_method",
+    "sglang/srt/layers/quantization/modelopt_quant.py:879:__init__"]  # fmt: skip
+NO_DUMMY_WEIGHTS = [  # 0.5.4, Llama: its ModelOpt loader reads weight files, dummy or not
+    "fp4lab/serving/replay/model.py:257:build", "sglang/srt/model_loader/loader.py:1960:load_model",
+    "sglang/srt/model_loader/loader.py:595:load_model",
+    "sglang/srt/model_loader/loader.py:603:load_weights_and_postprocess",
+    "sglang/srt/models/llama.py:572:load_weights",
+    "sglang/srt/model_loader/loader.py:493:_get_all_weights",
+    "sglang/srt/model_loader/loader.py:442:_get_weights_iterator",
+    "sglang/srt/model_loader/loader.py:387:_prepare_weights"]  # fmt: skip
+REGISTRY_MISS = [  # 0.5.5, GLM-5, when its registry was imported before the parallel groups
+    # (its dummy loader's path to the class, with the lines of 0.5.5's files)
+    "fp4lab/serving/replay/model.py:257:build", "sglang/srt/model_loader/loader.py:723:load_model",
+    "sglang/srt/model_loader/loader.py:222:_initialize_model",
+    "sglang/srt/model_loader/utils.py:101:get_model_architecture",
+    "sglang/srt/model_loader/utils.py:51:resolve_transformers_arch"]  # fmt: skip
+
+
+def test_a_refusal_of_the_harnesss_choices_is_not_measured_and_the_releases_own_stays():
+    """A ValueError in the release's loader is its refusal of the model, unless it refused what
+    fp4lab chose: dummy weights, or a class its registry lacks only as imported here."""
+    assert child.refusal(REFUSED_NVFP4) == (True, None)
+    for frames, said in ((NO_DUMMY_WEIGHTS, "takes no dummy weights"),
+                         (REGISTRY_MISS, "registry, as imported on this machine")):  # fmt: skip
+        refused, choice = child.refusal(frames)
+        assert not refused and said in choice
+        row = decide.cell("0.5.5", "10.0", {
+            "build_error": "ValueError: ...", "build_frames": frames, "refused_by_release": refused,
+            "harness_choice_refused": choice, "piecewise_options": [PREFILL]})  # fmt: skip
+        assert row["outcome"] == "not measured" and said in row["note"]
+        assert row["harness_frame"] == "fp4lab/serving/replay/model.py:257:build"
+    release = decide.cell("0.5.3.post2", "12.0", {
+        "build_error": "ValueError: Current platform does not support NVFP4 quantization.",
+        "build_frames": REFUSED_NVFP4, "refused_by_release": True, "piecewise_options": []})  # fmt: skip
+    assert release["outcome"] == "not applicable"
+    assert release["note"].startswith("the release refuses GlmMoeDsaForCausalLM on SM12.0")
 
 
 def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():

@@ -244,16 +244,39 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     return found | facts.release_rules(architecture)
 
 
+REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/")
+"""Where the release's own refusal of a model on an SM is raised (a ``ValueError`` there)."""
+
+HARNESS_CHOICES = {
+    "get_model_architecture": "the release's model registry, as imported on this machine, lacks "
+    "the class its own model files define (one of its model modules failed to import here)",
+    "_prepare_weights": "the release's loader for this quantization takes no dummy weights, "
+    "which fp4lab's harness builds with",
+}
+"""Functions of the release's loader whose refusal is of what fp4lab's harness chose or set up,
+not of the model on the SM: the model class is only asked for when the release's source defines
+it (``model._architecture``), and a user loads real weights."""
+
+
+def refusal(frames: list[str]) -> tuple[bool, str | None]:
+    """Whether a ``ValueError`` raised at these frames is the release refusing the model, and
+    otherwise which of the harness's choices it refused (``HARNESS_CHOICES``), if any."""
+    release = [f for f in frames if f.startswith("sglang/")]
+    choice = next((why for f in release for name, why in HARNESS_CHOICES.items()
+                   if f.endswith(f":{name}")), None)  # fmt: skip
+    return choice is None and any(f.startswith(REFUSING_FILES) for f in frames[-2:]), choice
+
+
 def build_failed(exc: Exception, architecture: str) -> dict:
     """A model the release's code did not build (or import) here: the obstacle, whether the
-    release itself refused it or lacks its class, and the release's rules."""
+    release itself refused it, refused one of the harness's choices, or lacks its class, and the
+    release's rules."""
     failed = failure(exc)
+    refused, choice = refusal(failed["frames"]) if isinstance(exc, ValueError) else (False, None)
     chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
     return {"build_error": failed["error"], "build_frames": failed["frames"],
             "facts": {"quantize": {k: v for k, v in chosen.items() if k != "callable"}},
-            "refused_by_release": isinstance(exc, ValueError) and any(
-                f.startswith(("sglang/srt/layers/quantization/", "sglang/srt/model_loader/"))
-                for f in failed["frames"][-2:]),
+            "refused_by_release": refused, "harness_choice_refused": choice,
             "model_absent": str(exc) if isinstance(exc, model.ModelAbsent) else None,
             } | facts.release_rules(architecture)  # fmt: skip
 

@@ -135,6 +135,8 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
                     "note": f"{how} (read from its own parser; model not built here: {obstacle})"}  # fmt: skip
         frames = replay.get("build_frames") or []
         ours = [f for f in frames if f.startswith("fp4lab/")]
+        if replay.get("harness_choice_refused"):
+            obstacle = f"{replay['harness_choice_refused']} ({obstacle})"
         return harness(row, obstacle, ours[-1] if ours else (frames[-1] if frames else None))
     if replay.get("not_driven"):
         built = (facts.get("model_class") or "the model").split(".")[-1]
