@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp4lab.serving.replay import child, decide, layout, ranks, timeline, versions
+from fp4lab.serving.replay import child, decide, layout, model, ranks, timeline, versions
 
 PREFILL = {"options": ["--cuda-graph-backend-prefill"], "help": "Backend for the prefill phase.",
            "choices": ["full", "breakable", "tc_piecewise", "disabled"], "default": None}  # fmt: skip
@@ -72,6 +72,25 @@ def test_a_refusal_of_the_harnesss_choices_is_not_measured_and_the_releases_own_
         "build_frames": REFUSED_NVFP4, "refused_by_release": True, "piecewise_options": []})  # fmt: skip
     assert release["outcome"] == "not applicable"
     assert release["note"].startswith("the release refuses GlmMoeDsaForCausalLM on SM12.0")
+
+
+def test_a_model_sglang_built_in_place_of_the_releases_own_class_is_not_measured():
+    """Shaped like Qwen3-MoE on 0.5.5 at 87c133e: SGLang's registry, imported before the release's
+    parallel groups existed, lacked Qwen3MoeForCausalLM, so its loader built its Transformers
+    fallback, whose layers its ModelRunner then declined; recorded as the release declining."""
+    fallback = type("TransformersForCausalLM", (), {})()
+    with pytest.raises(model.NotTheReleasesModel, match="SGLang built TransformersForCausalLM, "
+                       "not Qwen3MoeForCausalLM, which the release's model files define"):  # fmt: skip
+        model.own_class(fallback, "Qwen3MoeForCausalLM")
+    model.own_class(type("Qwen3MoeForCausalLM", (), {})(), "Qwen3MoeForCausalLM")
+    row = decide.cell("0.5.5", "10.0", {
+        "build_error": "NotTheReleasesModel: SGLang built TransformersForCausalLM, ...",
+        "build_frames": ["fp4lab/serving/replay/child.py:223:replay",
+                         "fp4lab/serving/replay/model.py:276:build",
+                         "fp4lab/serving/replay/model.py:98:own_class"],
+        "refused_by_release": False, "piecewise_options": [PREFILL]})  # fmt: skip
+    assert row["outcome"] == "not measured"
+    assert row["harness_frame"] == "fp4lab/serving/replay/model.py:98:own_class"
 
 
 def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():

@@ -77,6 +77,23 @@ class ModelAbsent(LookupError):
     """The release's source defines none of the model's classes: it cannot serve the model."""
 
 
+class NotTheReleasesModel(LookupError):
+    """SGLang built another class than the one its model files define (its Transformers
+    fallback): its registry, as imported here, lacks that class. fp4lab's harness, not the
+    release: a user's server imports its model modules where they import."""
+
+
+def own_class(model: Any, architecture: str) -> None:
+    """NotTheReleasesModel unless ``model`` is of the class ``architecture`` names."""
+    built = type(model).__name__
+    if built != architecture:
+        raise NotTheReleasesModel(
+            f"SGLang built {built}, not {architecture}, which the release's model files define: "
+            f"its model registry, as imported here, lacks it (one of its model modules failed "
+            f"to import on this machine)"
+        )
+
+
 def architectures(config: dict) -> tuple[str, ...]:
     """The config's architecture and the classes it falls back to (``FALLBACKS``)."""
     first = config["architectures"][0]
@@ -257,6 +274,7 @@ def build(release: Release, checkpoint: Path) -> Built:
             model = loader.load_model(
                 model_config=model_config, device_config=DeviceConfig("cpu", 0)
             )
+            own_class(model, architecture)
     # dynamo's table of torch functions (cleared by init_process_group, then built by name on the
     # next trace) is rebuilt now, from torch's own functions, not from stand-ins active then
     torch._dynamo.trace_rules.clear_lru_cache()
