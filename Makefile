@@ -7,7 +7,8 @@
 #   make benchmarks [BENCH_ARGS=--cold]  the speed goals (set-up cost, story timing, quantize throughput, FP4 API audit) into data/
 #   make readme                           rewrite README.md's findings and timings from data/
 #   make gpu TORCH=<a CUDA torch>         notebooks 04-08 sized for one GPU (within 8 min on an H200)
-#   make gpu-bundle                       the same as an offline folder (build/gpu-bundle/run.sh OUT)
+#   make gpu-bundle [PYTHON_VERSIONS=3.12]  the same as an offline folder (build/gpu-bundle/run.sh OUT),
+#                                         with SGLang's backend for notebook 04
 #   make lock                             rewrite requirements.lock from pyproject.toml and TORCH
 
 PYTHON   ?= python3
@@ -18,6 +19,7 @@ TORCH    ?= torch==2.13.0+cpu
 LOCK     := requirements.lock
 NOTEBOOKS ?=
 VERSIONS ?=
+PYTHON_VERSIONS ?=
 SGLANG_VERSIONS ?=
 BUILD    := build
 VENV     := $(BUILD)/venv
@@ -76,7 +78,8 @@ gpu: $(STAMP)
 	PY=$(PY) bash scripts/gpu.sh
 
 gpu-bundle: $(STAMP)
-	$(PY) -m fp4lab.core.bundle build $(BUILD)/gpu-bundle
+	$(PY) -m fp4lab.core.bundle build $(BUILD)/gpu-bundle $(if $(PYTHON_VERSIONS),--python-versions $(PYTHON_VERSIONS))
+	$(PY) -m fp4lab.serving.capture.bundled add $(BUILD)/gpu-bundle $(if $(PYTHON_VERSIONS),--python-versions $(PYTHON_VERSIONS))
 
 readme: $(STAMP)
 	FP4LAB_DATA_DIR=$(abspath data) $(PY) -m fp4lab.report.readme

@@ -7,7 +7,9 @@
 # CPU defaults elsewhere, every GPU check then recorded as skipped; 05 only where FlashInfer
 # imports: the story's call site is FlashInfer's), and writes records to
 # OUT_DIR/data, figures to OUT_DIR/figures, executed notebooks to OUT_DIR/build, and one
-# summary line per notebook to the terminal and OUT_DIR/summary.txt. Parameters after OUT_DIR
+# summary line per notebook to the terminal and OUT_DIR/summary.txt. Where the bundle carries
+# SGLang's backend (sglang/), it is installed offline under OUT_DIR/build and notebook 04 drives
+# it, with real CUDA-graph capture where torch sees a GPU. Parameters after OUT_DIR
 # go to the notebooks run without a CUDA device (e.g. small ones for a quick check).
 set -euo pipefail
 [[ $# -ge 1 ]] || { echo "usage: $0 OUT_DIR [--param NAME=VALUE ...]" >&2; exit 2; }
@@ -43,6 +45,11 @@ export JUPYTER_PATH="$SITE/kernel/share/jupyter" JUPYTER_DATA_DIR="$OUT/build/ju
 export FP4LAB_BUILD_DIR="$OUT/build" FP4LAB_DATA_DIR="$OUT/data" FP4LAB_FIGURES_DIR="$OUT/figures"
 export TORCHINDUCTOR_CACHE_DIR="$OUT/build/cache/inductor" TRITON_CACHE_DIR="$OUT/build/cache/triton"
 export MPLCONFIGDIR="$OUT/build/cache/matplotlib" PYTHONUNBUFFERED=1
+# No environment is built here (no registry): SGLang's backend is the bundled release's, if any.
+export FP4LAB_OFFLINE_BUNDLE=1
+if [[ -d "$HERE/sglang" ]]; then
+  "$PY" -m fp4lab.serving.capture.bundled install "$HERE/sglang"
+fi
 
 status=0
 if "$PY" -c 'import sys, torch; sys.exit(0 if torch.cuda.is_available() else 1)'; then

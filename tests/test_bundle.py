@@ -1,7 +1,9 @@
-"""make gpu-bundle: one folder under the limit, installable offline; run.sh on a CPU skips GPU checks."""
+"""make gpu-bundle: one folder under the limit, installable offline, with SGLang's backend for
+notebook 04; run.sh on a CPU skips GPU checks and says what it did not measure."""
 
 from __future__ import annotations
 
+import importlib.metadata
 import json
 import os
 import subprocess
@@ -11,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from fp4lab.core import bundle, probe, records, venvs
+from fp4lab.serving.capture import bundled
 
 SMALL = [
     f"--param={p}"
@@ -24,6 +27,7 @@ SMALL = [
 def built(tmp_path_factory) -> Path:
     out = tmp_path_factory.mktemp("bundle") / "gpu-bundle"
     assert bundle.main(["build", str(out)]) == 0
+    assert bundled.main(["add", str(out)]) == 0
     return out
 
 
@@ -43,6 +47,26 @@ def test_the_bundle_holds_sources_wheels_and_run_sh_under_the_limit(built):
     )
     for tag in ("cp311", "cp312"):  # binary wheels for this machine's and the GPU machine's Python
         assert any(w.startswith("pyyaml-") and tag in w for w in wheels), tag
+    assert not names & {"uv", "pip"}, "run.sh builds no environment and installs with pip"
+
+
+def test_the_bundle_carries_sglangs_backend_without_what_the_machine_brings(built):
+    folder = built / bundled.FOLDER
+    pins = (folder / "requirements.txt").read_text().split()
+    names = {pin.split("==")[0] for pin in pins}
+    assert pins[0] == f"sglang=={bundled.RELEASE}" and {"pydantic", "aiohttp", "orjson"} <= names
+    shipped = (built / "requirements.txt").read_text().split()
+    assert not names & {p.split("==")[0] for p in shipped}, "each distribution is bundled once"
+    assert "pillow" in bundled.provided() and "pillow" not in names, "matplotlib brings it"
+    wheels = [p.name for p in (folder / "wheels").glob("*.whl")]
+    assert f"sglang-{bundled.RELEASE}-py3-none-any.whl" in wheels
+    for tag in ("cp311", "cp312"):
+        assert any(w.startswith("pydantic_core-") and tag in w for w in wheels), tag
+    kernel = folder / "site" / "sgl_kernel"
+    assert (kernel / "__init__.py").exists() and not list(kernel.rglob("*.so*"))
+    assert (folder / "site" / bundled.OPS_STANDIN).exists()
+    standins = json.loads((folder / "standins.json").read_text())
+    assert [s["name"] for s in standins][-1] == "sgl_kernel_binaries_not_bundled"
 
 
 def test_the_bundle_names_the_commit_it_was_built_from(built):
@@ -96,8 +120,10 @@ def test_run_sh_names_what_the_interpreter_lacks_before_installing_anything(buil
 
 @pytest.mark.bundle
 def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built, tmp_path):
-    """A python3 with only torch (and the scientific stack the GPU image has) runs the bundle."""
-    stack = [venvs.torch_requirement(), "pandas==3.1.1", "matplotlib==3.11.2"]
+    """A python3 with only torch and Triton (and the scientific stack the GPU image has) runs the
+    bundle."""
+    triton = f"triton=={importlib.metadata.version('triton')}"
+    stack = [venvs.torch_requirement(), triton, "pandas==3.1.1", "matplotlib==3.11.2"]
     python = _python_with(tmp_path / "gpu-like-python", stack)
     out = tmp_path / "out"
     run_env = {
@@ -116,6 +142,22 @@ def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built
         for r in map(json.loads, (out / "data" / "reproduce.jsonl").read_text().splitlines())
     }
     assert statuses == dict.fromkeys(["04_fullgraph_false_tradeoff", "06_nvfp4_kernels"], "ran")
+    drive = [json.loads(line) for line in
+             (out / "data" / "04_fullgraph_false_tradeoff.jsonl").read_text().splitlines()]  # fmt: skip
+    rows = [r["values"] for r in drive if r["kind"] == "sglang_backend"]
+    assert {(r["sglang_version"], r["capture"]) for r in rows} == {(bundled.RELEASE, "simulated")}
+    assert {r["variant"] for r in rows} == {"fullgraph_false", "custom_op"}
+    assert "sgl_kernel_binaries_not_bundled" in rows[0]["environment_standins"]
+    refused = {r["values"]["sglang_version"]: r["values"]["why"] for r in drive
+               if r["kind"] == "sglang_backend_not_measured"}  # fmt: skip
+    assert set(refused) == {"0.5.12", "0.5.21"}
+    assert refused["0.5.12"] == (f"environment: the offline GPU bundle carries SGLang "
+                                 f"{bundled.RELEASE} only; 0.5.12 needs a package registry to "
+                                 f"build its environment")  # fmt: skip
+    assert [r["values"]["check"] for r in drive if r["kind"] == "skipped"] == [
+        "sglang_model_capture"
+    ]
+    assert not (out / "build" / "sglang-compile" / "0.5.12").exists(), "nothing was built"
     skipped = [
         json.loads(line)["values"]
         for name in ("06_nvfp4_kernels",)
@@ -132,6 +174,7 @@ def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built
     )
     summary = (out / "summary.txt").read_text().splitlines()
     assert len(summary) == 2 and all(": ran in " in line for line in summary)
+    assert summary[0].endswith("not measured: sglang_backend 0.5.12, sglang_backend 0.5.21")
     assert list((out / "figures").glob("*.png")), "figures come back with the records"
     first = json.loads((out / "data" / "06_nvfp4_kernels.jsonl").read_text().splitlines()[0])
     assert first["provenance"]["git"] == {**records.git_state(), "from": "bundle"}

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from fp4lab.serving.replay import child, decide, layout, model, ranks, timeline, versions
+from fp4lab.serving.replay import decide, failed, layout, model, ranks, timeline, versions
 
 PREFILL = {"options": ["--cuda-graph-backend-prefill"], "help": "Backend for the prefill phase.",
            "choices": ["full", "breakable", "tc_piecewise", "disabled"], "default": None}  # fmt: skip
@@ -30,7 +30,7 @@ def test_a_registry_that_failed_to_import_is_not_measured_not_not_applicable():
     assert read["outcome"] == "not measured", "the parser offers tc_piecewise: no excuse"
 
 
-# The frames of real build failures (the last 8, as ``child.failure`` keeps them).
+# The frames of real build failures (the last 8, as ``failed.failure`` keeps them).
 REFUSED_NVFP4 = [  # 0.5.3.post2, GLM-5 on SM12.0: the MoE's FP4 method asks for SM10.x
     "sglang/srt/utils/offloader.py:36:wrap_modules", "sglang/srt/utils/common.py:517:<genexpr>",
     "sglang/srt/models/deepseek_v2.py:2620:<lambda>", "sglang/srt/models/deepseek_v2.py:2408:__init__",
@@ -57,10 +57,10 @@ REGISTRY_MISS = [  # 0.5.5, GLM-5, when its registry was imported before the par
 def test_a_refusal_of_the_harnesss_choices_is_not_measured_and_the_releases_own_stays():
     """A ValueError in the release's loader is its refusal of the model, unless it refused what
     fp4lab chose: dummy weights, or a class its registry lacks only as imported here."""
-    assert child.refusal(REFUSED_NVFP4) == (True, None)
+    assert failed.refusal(REFUSED_NVFP4) == (True, None)
     for frames, said in ((NO_DUMMY_WEIGHTS, "takes no dummy weights"),
                          (REGISTRY_MISS, "registry, as imported on this machine")):  # fmt: skip
-        refused, choice = child.refusal(frames)
+        refused, choice = failed.refusal(frames)
         assert not refused and said in choice
         row = decide.cell("0.5.5", "10.0", {
             "build_error": "ValueError: ...", "build_frames": frames, "refused_by_release": refused,

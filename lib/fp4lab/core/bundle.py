@@ -31,8 +31,10 @@ PYTHON_VERSIONS = ("3.11", "3.12")  # this machine's and the GPU machine's
 PLATFORMS = ("manylinux_2_28_x86_64", "manylinux_2_17_x86_64", "manylinux2014_x86_64")
 PROVIDED = {"torch", "triton", "flashinfer-python", "numpy", "pandas", "matplotlib"}
 """Brought by the GPU machine (FlashInfer optional: its checks are skipped where absent)."""
-NOT_NEEDED = {"jupyterlab", "nbconvert", "transformers"}
-"""Interactive use, HTML export and the serving notebook's tiny model: not on the GPU path."""
+NOT_NEEDED = {"jupyterlab", "nbconvert", "transformers", "uv", "pip"}
+"""Interactive use, HTML export, the serving notebook's tiny model, and the tools that build
+environments (run.sh installs with the interpreter's own pip and builds none): not on the GPU
+path."""
 SOURCES = ("lib", "notebooks", "scripts", "pyproject.toml", "README.md")
 _WHEEL = re.compile(r"^(?P<name>[^-]+)-(?P<version>[^-]+)-")
 
@@ -63,10 +65,13 @@ def _copy_sources(dest: Path) -> None:
         shutil.copy2(_root() / name, target)
 
 
-def _download(reqs: list[str], python_version: str, dest: Path) -> None:
+def download(reqs: list[str], python_version: str, dest: Path, deps: bool = True) -> None:
+    """The wheels of ``reqs`` (with their dependencies, unless ``deps`` is False) for
+    ``python_version`` on the GPU machine's platforms, into ``dest``."""
     platforms = [arg for p in PLATFORMS for arg in ("--platform", p)]
     command = [sys.executable, "-m", "pip", "download", "-q", "--only-binary=:all:"]
-    command += ["--python-version", python_version, *platforms, "-d", str(dest), *reqs]
+    command += [*([] if deps else ["--no-deps"]), "--python-version", python_version]
+    command += [*platforms, "-d", str(dest), *reqs]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode != 0:
         raise RuntimeError(f"pip download for Python {python_version} failed: {done.stderr[-800:]}")
@@ -88,7 +93,7 @@ def build(out: Path, python_versions: tuple[str, ...], include: set[str]) -> int
     reqs = requirements(include)
     for version in python_versions:
         print(f"downloading wheels for Python {version}: {', '.join(reqs)}", flush=True)
-        _download(reqs, version, wheels)
+        download(reqs, version, wheels)
     provided = {_normal(name) for name in PROVIDED - include}
     pins = sorted({_pin(p.name) for p in wheels.glob("*.whl")})
     kept = [pin for pin in pins if pin.split("==")[0] not in provided]
@@ -97,6 +102,11 @@ def build(out: Path, python_versions: tuple[str, ...], include: set[str]) -> int
     (out / "expects.txt").write_text("\n".join(expected) + "\n")  # run.sh checks them first
     shutil.copy2(_root() / "scripts" / "gpu_bundle_run.sh", out / "run.sh")
     (out / "run.sh").chmod(0o755)
+    return checked_size(out)
+
+
+def checked_size(out: Path) -> int:
+    """The bundle's size in bytes; ValueError when over ``LIMIT_BYTES``."""
     size = sum(p.stat().st_size for p in out.rglob("*") if p.is_file())
     if size > LIMIT_BYTES:
         raise ValueError(
@@ -147,9 +157,12 @@ def summary(data: Path) -> list[str]:
         own = [r for r in records if r["run_id"] == (records[-1]["run_id"] if records else None)]
         skipped = [r["values"].get("check", "?") for r in own if r["kind"] == "skipped"]
         errors = [r["values"].get("check", "?") for r in own if r["kind"] == "error"]
+        unmeasured = [f"{r['kind'].removesuffix('_not_measured')} {r['values'].get('sglang_version', '')}".strip()
+                      for r in own if r["kind"].endswith("_not_measured")]  # fmt: skip
         lines.append(
             f"{v['notebook']}: {v['status']} in {v['seconds']:.0f} s; {len(own)} records; "
-            f"skipped: {', '.join(skipped) or 'none'}; errors: {', '.join(errors) or 'none'}"
+            f"skipped: {', '.join(skipped) or 'none'}; errors: {', '.join(errors) or 'none'}; "
+            f"not measured: {', '.join(unmeasured) or 'none'}"
             + (f"; {v['reason']}" if v["reason"] else "")
         )
     return lines

@@ -10,9 +10,12 @@ while the custom op's equals it.
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterator
 from pathlib import Path
 
 from fp4lab.core import evidence, params, paths, records, venvs
+from fp4lab.serving.capture import bundled
 from fp4lab.serving.replay import env, models, versions
 from fp4lab.serving.replay.study import GLM5
 
@@ -43,34 +46,45 @@ def levels(capture: str, target: bool = False) -> list[str]:
 
 
 def measure(rec: records.Recorder, scale: int, layers: int, sizes: list[int]) -> list[dict]:
-    """Every release of ``rec.params["sglang_versions"]`` driven in turn; its rows recorded."""
-    rows = []
+    """SGLang's own backend on the layer stack (``sglang_backend``) in every release of
+    ``rec.params["sglang_versions"]``, one release per core at once (the next release's
+    environment is built while the children run); every row recorded, the measured ones
+    returned."""
     logs = paths.build_dir() / "logs" / rec.notebook
     logs.mkdir(parents=True, exist_ok=True)
-    for version in versions.check_versions(rec.params["sglang_versions"]):
-        built = env.ensure_env(version)  # its environment says one line (core.venvs)
-        if not built.ok:
-            rec.add(
-                "sglang_backend_not_measured",
-                {"sglang_version": version, "why": f"environment: {built.error}"},
-            )
-            continue
-        print(f"SGLang {version}: its piecewise backend on {layers} layers ...", flush=True)
-        child = venvs.Child(
-            built.python, "fp4lab.serving.capture.sglang_backend",
-            (str(scale), str(layers), ",".join(map(str, sizes))), f"capture-{version}",
-            f"SGLang {version}'s piecewise backend",
-        )  # fmt: skip
-        found = venvs.run_child(child, logs, CHILD_TIMEOUT_S)
-        packages = {"sglang": version, **built.installed}
+    ready: list[env.CompileEnv] = []
+
+    def children() -> Iterator[venvs.Child]:
+        for version in versions.check_versions(rec.params["sglang_versions"]):
+            built = bundled.environment(version) or env.ensure_env(version)  # says one line
+            if not built.ok:
+                rec.add("sglang_backend_not_measured",
+                        {"sglang_version": version, "why": f"environment: {built.error}"})  # fmt: skip
+                continue
+            print(f"SGLang {version}: its piecewise backend on {layers} layers ...", flush=True)
+            ready.append(built)
+            yield venvs.Child(
+                built.python, "fp4lab.serving.capture.sglang_backend",
+                (str(scale), str(layers), ",".join(map(str, sizes))), f"capture-{version}",
+                f"SGLang {version}'s piecewise backend", built.child_env,
+            )  # fmt: skip
+
+    def done(child: venvs.Child, found: dict) -> None:
+        print(f"  {child.label}: {found.get('error') or 'measured'}", flush=True)
+
+    rows = []
+    for built, found in zip(ready, venvs.run_children(children(), logs, CHILD_TIMEOUT_S, done),
+                            strict=True):  # fmt: skip
+        packages = {"sglang": built.version, **built.installed}
         why = found.get("unsplittable") or found.get("error")
         if why or not found.get("rows"):
             rec.add("sglang_backend_not_measured",
-                    {"sglang_version": version, "why": why or "no rows",
+                    {"sglang_version": built.version, "why": why or "no rows",
                      "harness": "unsplittable" not in found}, packages=packages)  # fmt: skip
             continue
-        common = {"sglang_version": version, "capture": found["capture"],
+        common = {"sglang_version": built.version, "capture": found["capture"],
                   "contexts": found["contexts"], "standins": found["standins"],
+                  "environment_standins": [s["name"] for s in built.standins],
                   "evidence": levels(found["capture"])}  # fmt: skip
         for row in found["rows"]:
             rows.append(rec.add("sglang_backend", {**common, **row}, packages=packages)["values"])
@@ -95,6 +109,11 @@ def measure_model(rec: records.Recorder, sm: str) -> list[dict]:
     """The release's own GLM-5 through its own runner, captured and replayed
     (``model_capture``), in every release of ``rec.params["sglang_versions"]`` at ``sm``, one
     release per core at once; every row recorded, the measured ones returned."""
+    if os.environ.get(bundled.OFFLINE):
+        rec.skip("sglang_model_capture", "the offline GPU bundle carries SGLang's backend on the "
+                 "layer stack only; the release's GLM-5 is built by the replay, on a CPU, from "
+                 "the model folders and with the CPU kernels the bundle does not carry")  # fmt: skip
+        return []
     logs = paths.build_dir() / "logs" / rec.notebook
     logs.mkdir(parents=True, exist_ok=True)
     ready, rows = [], []

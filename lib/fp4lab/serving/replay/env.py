@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -47,7 +48,7 @@ class CompileEnv:
     """One version's environment: how it was obtained, its pins and where they differ."""
 
     version: str
-    status: str  # built | reused | failed
+    status: str  # built | reused | bundled | failed
     seconds: float = 0.0
     env_bytes: int = 0
     error: str = ""
@@ -55,6 +56,10 @@ class CompileEnv:
     installed: dict[str, str] = field(default_factory=dict)
     differs: list[str] = field(default_factory=list)
     standins: list[dict] = field(default_factory=list)
+    python_path: str = ""
+    """The interpreter of a bundled release (``capture.bundled``); else the environment's own."""
+    site: str = ""
+    """The folder a bundled release is installed in, put on its children's path."""
 
     @property
     def ok(self) -> bool:
@@ -62,7 +67,25 @@ class CompileEnv:
 
     @property
     def python(self) -> Path:
-        return env_dir(self.version) / "venv" / "bin" / "python"
+        return (
+            Path(self.python_path)
+            if self.python_path
+            else env_dir(self.version) / "venv" / "bin" / "python"
+        )
+
+    @property
+    def child_env(self) -> tuple[tuple[str, str], ...]:
+        """What a child run in it adds to its environment: a bundled release's folder on the
+        path, after fp4lab's source (``venvs.run_child`` puts that first) and before the rest."""
+        if not self.site:
+            return ()
+        rest = os.environ.get("PYTHONPATH", "")
+        return (
+            (
+                "PYTHONPATH",
+                os.pathsep.join(p for p in (str(paths.REPO_ROOT / "lib"), self.site, rest) if p),
+            ),
+        )
 
     def as_record(self) -> dict:
         return asdict(self)

@@ -1,0 +1,57 @@
+"""A model the release's code did not build here, as a record: the exception's line and frames,
+and whose refusal it was: the release's (of the model on the SM), or of what fp4lab's harness
+chose (``HARNESS_CHOICES``), or the release lacking the model's class.
+"""
+
+from __future__ import annotations
+
+import traceback
+
+from fp4lab.compile import frames
+from fp4lab.serving.replay import facts, model, quantize
+
+REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/")
+"""Where the release's own refusal of a model on an SM is raised (a ``ValueError`` there)."""
+
+HARNESS_CHOICES = {
+    "get_model_architecture": "the release's model registry, as imported on this machine, lacks "
+    "the class its own model files define (one of its model modules failed to import here)",
+    "_prepare_weights": "the release's loader for this quantization takes no dummy weights, "
+    "which fp4lab's harness builds with",
+}
+"""Functions of the release's loader whose refusal is of what fp4lab's harness chose or set up,
+not of the model on the SM: the model class is only asked for when the release's source defines
+it (``model._architecture``), and a user loads real weights."""
+
+
+def refusal(frames: list[str]) -> tuple[bool, str | None]:
+    """Whether a ``ValueError`` raised at these frames is the release refusing the model, and
+    otherwise which of the harness's choices it refused (``HARNESS_CHOICES``), if any."""
+    release = [f for f in frames if f.startswith("sglang/")]
+    choice = next((why for f in release for name, why in HARNESS_CHOICES.items()
+                   if f.endswith(f":{name}")), None)  # fmt: skip
+    return choice is None and any(f.startswith(REFUSING_FILES) for f in frames[-2:]), choice
+
+
+def build_failed(exc: Exception, architecture: str) -> dict:
+    """A model the release's code did not build (or import) here: the obstacle, whether the
+    release itself refused it, refused one of the harness's choices, or lacks its class, and the
+    release's rules."""
+    failed = failure(exc)
+    refused, choice = refusal(failed["frames"]) if isinstance(exc, ValueError) else (False, None)
+    chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
+    return {"build_error": failed["error"], "build_frames": failed["frames"],
+            "facts": {"quantize": {k: v for k, v in chosen.items() if k != "callable"}},
+            "refused_by_release": refused, "harness_choice_refused": choice,
+            "model_absent": str(exc) if isinstance(exc, model.ModelAbsent) else None,
+            } | facts.release_rules(architecture)  # fmt: skip
+
+
+def failure(exc: BaseException) -> dict:
+    """An exception as a record: its last line, its frames (``file:line:function``, relative to
+    their package root, the last 8) and the deepest frame in fp4lab's own code, if any."""
+    where = [f"{frames.relative_path(f.filename)}:{f.lineno}:{f.name}"
+             for f in traceback.extract_tb(exc.__traceback__)]  # fmt: skip
+    ours = [f for f in where if f.startswith("fp4lab/")]
+    return {"error": traceback.format_exception_only(exc)[-1].strip()[:800],
+            "frames": where[-8:], "harness_frame": ours[-1] if ours else None}  # fmt: skip
