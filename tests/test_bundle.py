@@ -148,6 +148,8 @@ def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built
     assert {(r["sglang_version"], r["capture"]) for r in rows} == {(bundled.RELEASE, "simulated")}
     assert {r["variant"] for r in rows} == {"fullgraph_false", "custom_op"}
     assert "sgl_kernel_binaries_not_bundled" in rows[0]["environment_standins"]
+    packages = next(r for r in drive if r["kind"] == "sglang_backend")["provenance"]["packages"]
+    assert packages["sglang"] == bundled.RELEASE and {"pydantic", "sgl-kernel"} <= set(packages)
     refused = {r["values"]["sglang_version"]: r["values"]["why"] for r in drive
                if r["kind"] == "sglang_backend_not_measured"}  # fmt: skip
     assert set(refused) == {"0.5.12", "0.5.21"}

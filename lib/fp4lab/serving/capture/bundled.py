@@ -33,7 +33,8 @@ from fp4lab.serving.replay import env, versions
 
 RELEASE = versions.STORY_VERSION
 FOLDER = "sglang"
-"""The bundle's folder: ``wheels/``, ``requirements.txt``, ``site/`` and ``standins.json``."""
+"""The bundle's folder: ``wheels/``, ``requirements.txt`` (the release's pin first), ``site/``
+and ``standins.json``."""
 OFFLINE = "FP4LAB_OFFLINE_BUNDLE"
 """Set by ``run.sh``: no environment is built there; only the bundled release is answered."""
 MARKER = "bundled.json"
@@ -122,24 +123,25 @@ def add(out: Path, python_versions: tuple[str, ...]) -> int:
     shutil.copy2(site / OPS_STANDIN, copied / OPS_STANDIN)
     manifest = [*built.standins, NO_KERNEL_BINARIES]
     (folder / "standins.json").write_text(json.dumps(manifest, indent=1) + "\n")
-    (folder / "release.json").write_text(json.dumps({"sglang": RELEASE}) + "\n")
     return bundle.checked_size(out)
 
 
 def install(folder: Path) -> Path:
     """Install the bundled release (``folder``: the bundle's ``sglang/``) offline into its folder
     under build/, for the interpreter running this; returns the folder's marker."""
-    release = json.loads((folder / "release.json").read_text())["sglang"]
-    home = env.env_dir(release) / "bundled"
+    pins = (folder / "requirements.txt").read_text().split()
+    installed = dict(pin.split("==") for pin in pins)
+    home = env.env_dir(installed["sglang"]) / "bundled"
     shutil.rmtree(home, ignore_errors=True)
     site = home / "site"
-    pins = (folder / "requirements.txt").read_text().split()
     subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--no-index", "--no-deps",
                     "--find-links", str(folder / "wheels"), "--target", str(site), *pins],
                    check=True)  # fmt: skip
     shutil.copytree(folder / "site", site, dirs_exist_ok=True)
+    for info in site.glob(f"{standins.KERNEL_BINARIES}-*.dist-info"):  # name-version.dist-info
+        installed["sgl-kernel"] = info.name.removesuffix(".dist-info").split("-")[-1]
     marker = home / MARKER
-    marker.write_text(json.dumps({"sglang": release, "python": sys.executable, "site": str(site),
+    marker.write_text(json.dumps({"python": sys.executable, "site": str(site), "installed": installed,
                                   "standins": json.loads((folder / "standins.json").read_text())}))  # fmt: skip
     return marker
 
@@ -156,7 +158,7 @@ def environment(version: str) -> env.CompileEnv | None:
             f"registry to build its environment"))  # fmt: skip
     found = json.loads(marker.read_text())
     return env.CompileEnv(version, "bundled", python_path=found["python"], site=found["site"],
-                          standins=found["standins"], installed={"sglang": version})  # fmt: skip
+                          standins=found["standins"], installed=found["installed"])  # fmt: skip
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -173,9 +175,12 @@ def main(argv: list[str] | None = None) -> int:
         chosen = tuple(v.strip() for v in args.python_versions.split(",") if v.strip())
         try:
             size = add(args.out, chosen)
-        except ValueError as exc:
+        except ValueError as exc:  # over the limit
             print(f"error: {exc}", file=sys.stderr)
             return 2
+        except RuntimeError as exc:  # the release's environment or the import probe failed
+            print(f"error: {exc}", file=sys.stderr)
+            return 1
         print(f"bundle: {args.out} ({size / 2**20:.1f} MiB) with SGLang {RELEASE}'s backend")
     else:
         print(f"SGLang's backend installed offline: {install(args.folder).parent}")
