@@ -146,10 +146,15 @@ def install(folder: Path) -> Path:
     return marker
 
 
+def offline() -> bool:
+    """Whether this runs inside the offline bundle (``OFFLINE`` set by ``run.sh``)."""
+    return bool(os.environ.get(OFFLINE))
+
+
 def environment(version: str) -> env.CompileEnv | None:
-    """Inside the offline bundle (``OFFLINE`` set): the bundled release's environment, or a failed
-    one saying the bundle carries another release; elsewhere None (environments are built)."""
-    if not os.environ.get(OFFLINE):
+    """Inside the offline bundle: the bundled release's environment, or a failed one saying the
+    bundle carries another release; elsewhere None (environments are built)."""
+    if not offline():
         return None
     marker = env.env_dir(version) / "bundled" / MARKER
     if not marker.exists():

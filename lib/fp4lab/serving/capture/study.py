@@ -10,7 +10,6 @@ while the custom op's equals it.
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -72,9 +71,9 @@ def measure(rec: records.Recorder, scale: int, layers: int, sizes: list[int]) ->
     def done(child: venvs.Child, found: dict) -> None:
         print(f"  {child.label}: {found.get('error') or 'measured'}", flush=True)
 
+    found_all = venvs.run_children(children(), logs, CHILD_TIMEOUT_S, done)  # fills ``ready``
     rows = []
-    for built, found in zip(ready, venvs.run_children(children(), logs, CHILD_TIMEOUT_S, done),
-                            strict=True):  # fmt: skip
+    for built, found in zip(ready, found_all, strict=True):
         packages = {"sglang": built.version, **built.installed}
         why = found.get("unsplittable") or found.get("error")
         if why or not found.get("rows"):
@@ -109,7 +108,7 @@ def measure_model(rec: records.Recorder, sm: str) -> list[dict]:
     """The release's own GLM-5 through its own runner, captured and replayed
     (``model_capture``), in every release of ``rec.params["sglang_versions"]`` at ``sm``, one
     release per core at once; every row recorded, the measured ones returned."""
-    if os.environ.get(bundled.OFFLINE):
+    if bundled.offline():
         rec.skip("sglang_model_capture", "the offline GPU bundle carries SGLang's backend on the "
                  "layer stack only; the release's GLM-5 is built by the replay, on a CPU, from "
                  "the model folders and with the CPU kernels the bundle does not carry")  # fmt: skip
