@@ -32,15 +32,15 @@ def main() -> None:
     from fp4lab.serving.replay import matrix, models, versions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--models", default=matrix.ALL)
+    parser.add_argument("--models", default=models.ALL)
     parser.add_argument("--versions", default=versions.ALL)
     parser.add_argument("--sms", default=",".join(versions.SMS))
     args = parser.parse_args()
-    names = matrix.check_models(args.models)
+    names = models.check_names("models", args.models)
     chosen, sms = versions.check_versions(args.versions), versions.check_sms(args.sms)
     load = os.getloadavg()[0]
     started = time.perf_counter()
-    runs = matrix.measure([models.named(n) for n in names], chosen, sms, progress=print)
+    runs = matrix.measure([models.named(n) for n in names], chosen, sms, progress=print, fresh=True)
     seconds = time.perf_counter() - started
     rows = [matrix.row(models.named(name), run.version, sm, replay, run.calls)
             for run in runs for name, per_sm in run.by_model.items()

@@ -6,7 +6,7 @@ Prints, and records in data/benchmark_sglang_replay.jsonl:
     install, not the download); ``install_warm_s``: finding it built (reuse); ``env_bytes``:
     what the environment adds beside uv's cache; ``child_s``: each SM's replay child;
   * ``replay_s``: a warm replay of the chosen releases on every SM given, as notebook 11 runs it
-    (``study.measure_versions``: each release's scan, then one child per (release, SM), one per
+    (``pool.measure_versions``: each release's scan, then one child per (release, SM), one per
     core at once across releases: each builds the release's own GLM-5 and drives its piecewise
     runner; the story's SM also walks the story's patch and each CUDA_HOME) (goal: < 90 s for one
     release x 3 SMs on this 2-core machine);
@@ -51,7 +51,7 @@ def install(version: str, cold: bool) -> dict:
 
 def main() -> None:
     from fp4lab.core import paths, records
-    from fp4lab.serving.replay import study, versions
+    from fp4lab.serving.replay import pool, versions
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--versions", default=versions.STORY_VERSION)
@@ -61,7 +61,9 @@ def main() -> None:
     chosen, sms = versions.check_versions(args.versions), versions.check_sms(args.sms)
     rows = [install(version, args.cold) for version in chosen]
     started = time.perf_counter()
-    runs = study.measure_versions(chosen, sms, list(study.CUDA_HOME_CASES), progress=print)
+    runs = pool.measure_versions(
+        chosen, sms, list(pool.CUDA_HOME_CASES), progress=print, fresh=True
+    )
     replays = time.perf_counter() - started
     for row, run in zip(rows, runs, strict=True):
         row["child_s"] = {sm: found.get("child_seconds") for sm, found in run.replays.items()}

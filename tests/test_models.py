@@ -17,7 +17,7 @@ import pytest
 
 from fp4lab.compile import frames
 from fp4lab.core import paths
-from fp4lab.serving.replay import decide, matrix, models, study, versions
+from fp4lab.serving.replay import decide, matrix, models, pool, versions
 
 
 def _check(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -137,7 +137,7 @@ def test_qwen3_moe_nvfp4_is_replayed_through_a_real_releases_runner(tmp_path):
     assert "fp4lab's patch (fp4_quantize_op) fixes it" in said and "equals eager" in said
     assert "attention_backend" in said and "topk_softmax" not in said.split("stand-ins")[0]
     assert list(trace.glob("*.log")), "TORCH_TRACE wrote dynamo's structured trace"
-    tiny = json.loads((paths.build_dir() / study.LOGS / "qwen3-235b-a22b-nvfp4-0.5.9-sm12.0-model"
+    tiny = json.loads((paths.build_dir() / pool.LOGS / "qwen3-235b-a22b-nvfp4-0.5.9-sm12.0-model"
                        / "config.json").read_text())  # fmt: skip
     assert (tiny["num_experts"], tiny["hidden_size"]) == (8, 256)
     assert Path(trace).is_dir()

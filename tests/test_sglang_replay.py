@@ -29,7 +29,11 @@ from fp4lab.serving import standins
 from fp4lab.serving.replay import (
     decide,
     env,
+    kept,
+    matrix,
+    models,
     patch,
+    pool,
     scan,
     split_check,
     study,
@@ -110,7 +114,7 @@ def test_the_patch_writer_writes_what_the_replay_needed(tmp_path, monkeypatch):
     found = {"fix": {"parts": ["fp4_quantize_op"], "plugin": text, "compiles": True, "pieces": 5,
                      "equals_eager": True, "steps": []}}  # fmt: skip
     monkeypatch.setattr(env, "ensure_env", lambda version: env.CompileEnv(version, "reused"))
-    monkeypatch.setattr(study.venvs, "run_children", lambda *args, **kwargs: [found])
+    monkeypatch.setattr(pool.venvs, "run_children", lambda *args, **kwargs: [found])
     said: list[str] = []
     assert study.write_patch("0.5.9", "12.0", tmp_path / "out", said.append) == 0
     name = patch.module_name("0.5.9", "12.0")
@@ -144,7 +148,7 @@ def test_a_failed_install_is_recorded_and_the_others_go_on(isolated_outputs):
     first), nothing is left on disk, and no release is replayed twice in the suite."""
     missing = ("0.5.99", "0.5.98")
     rec = records.Recorder(NAME, {"sglang_versions": list(missing), "sms": ["12.0"],
-                                  "cuda_home": ["unset"]})  # fmt: skip
+                                  "cuda_home": ["unset"], "matrix_models": []})  # fmt: skip
     assert study.measure_and_record(rec, extra=missing) == []
     found = records.latest(rec.notebook)
     failed = [
@@ -168,11 +172,50 @@ def notebook_records(tmp_path_factory):
         patch.setenv("FP4LAB_DATA_DIR", str(out / "data"))
         patch.setenv("FP4LAB_FIGURES_DIR", str(out / "figures"))
         (nb,) = [n for n in catalog.notebooks() if n.name == NAME]
-        parameters = {"sglang_versions": [versions.STORY_VERSION], "sms": list(versions.SMS)}
+        parameters = {"sglang_versions": [versions.STORY_VERSION], "sms": list(versions.SMS),
+                      "matrix_models": [ALONGSIDE]}  # fmt: skip
         executed = runner.execute(nb, out / "executed", parameters)
         figure = (paths.figures_dir() / f"{NAME}.png").exists()
         return [*records.read(NAME), {"kind": "figure", "values": {"written": figure}},
                 {"kind": "executed", "values": {"path": executed}}]  # fmt: skip
+
+
+ALONGSIDE = "llama-3.3-70b-nvfp4"
+"""The model notebook 11's test run walks alongside GLM-5, for notebook 14."""
+
+
+def test_notebook_14_takes_the_replays_notebook_11_walked_alongside(notebook_records, monkeypatch):
+    """Notebook 14's cells of notebook 11's release and SM are taken from the replays notebook
+    11's children walked alongside GLM-5 (no child runs), with the same numbers notebook 11
+    recorded for GLM-5; a changed walk or fp4lab source finds none kept."""
+    given = []
+
+    def no_children(children, *args, **kwargs):
+        given.extend(children)
+        return []
+
+    monkeypatch.setattr(pool.venvs, "run_children", no_children)
+    llama, glm5 = models.named(ALONGSIDE), models.named(pool.GLM5)
+    [run] = matrix.measure([llama, glm5], [versions.STORY_VERSION], [versions.STORY_SM])
+    assert given == [], "every walk was kept"
+    cells = {m.name: matrix.row(m, run.version, versions.STORY_SM,
+                                run.by_model[m.name][versions.STORY_SM], run.calls)
+             for m in (llama, glm5)}  # fmt: skip
+    assert all(c["kept"]["replayed_utc"] for c in cells.values())
+    assert (cells[ALONGSIDE]["outcome"], cells[ALONGSIDE]["patch"]) == (
+        "blocked",
+        ["fp4_quantize_op"],
+    )
+    [recorded] = [r for r in _of(notebook_records, "decision") if r["sm"] == versions.STORY_SM]
+    for field in ("patch", "pieces", "graphs", "equals_eager", "compiles_with_patch"):
+        assert cells[glm5.name][field] == recorded[field], field
+    environment = run.environment
+    digest = kept.key(environment, llama, "patch", ["unset"])
+    assert kept.taken(run.version, versions.STORY_SM, llama, "patch", digest) is not None
+    assert kept.key(environment, llama, "chain", ["unset"]) != digest
+    monkeypatch.setattr(kept, "source_digest", lambda: "another fp4lab")
+    changed = kept.key(environment, llama, "patch", ["unset"])
+    assert kept.taken(run.version, versions.STORY_SM, llama, "patch", changed) is None
 
 
 @pytest.fixture(scope="module")
@@ -180,7 +223,7 @@ def later_release():
     """The release of TEST_VERSIONS after the story's, replayed on SM12.0 as notebook 11 does:
     its environment record, its replay and its decision."""
     version = versions.TEST_VERSIONS[-1]
-    [run] = study.measure_versions([version], ["12.0"], ["unset"], progress=lambda _: None)
+    [run] = pool.measure_versions([version], ["12.0"], ["unset"], progress=lambda _: None)
     assert run.environment.ok, run.environment.error
     replay = run.replays["12.0"]
     return run, replay, decide.cell(version, "12.0", replay, run.calls)
@@ -202,6 +245,22 @@ def test_a_later_release_lets_glm5_through_as_released_and_equals_eager(later_re
         "--cuda-graph-backend-prefill tc_piecewise",
     )
     assert replay["fix"]["steps"][0]["entry"].endswith("ModelRunner.init_cuda_graphs")
+
+
+def test_a_patch_walk_is_the_same_whatever_walked_before_it(later_release):
+    """GLM-5's patch walk in notebook 11's child (after its chain walk, each in a fork of its
+    own) equals the patch walk alone in a fresh child, graph for graph: walked in one process
+    after the chain, the first compile's trace had filled sgl_kernel's memo, and the patch walk
+    saw one graph (3 pieces) where a fresh process sees two (6)."""
+    run, replay, _ = later_release
+    glm5 = models.named(pool.GLM5)
+    [alone] = matrix.measure([glm5], [run.version], ["12.0"], fresh=True)
+    fresh = alone.by_model[glm5.name]["12.0"]
+    assert "kept" not in fresh and "chain" not in fresh and replay["chain"]
+    assert {k: fresh["fix"][k] for k in ("graphs", "pieces", "parts", "compiles")} == {
+        k: replay["fix"][k] for k in ("graphs", "pieces", "parts", "compiles")
+    }
+    assert fresh["fix"]["graphs"] == 2, "the fresh process recompiles once (is_arch_support_pdl)"
 
 
 def test_the_timeline_puts_the_two_outcomes_in_release_order(notebook_records, later_release):

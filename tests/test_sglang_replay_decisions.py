@@ -6,7 +6,17 @@ from __future__ import annotations
 
 import pytest
 
-from fp4lab.serving.replay import decide, failed, layout, model, ranks, timeline, versions
+from fp4lab.serving.replay import (
+    decide,
+    failed,
+    layout,
+    model,
+    models,
+    pool,
+    ranks,
+    timeline,
+    versions,
+)
 
 PREFILL = {"options": ["--cuda-graph-backend-prefill"], "help": "Backend for the prefill phase.",
            "choices": ["full", "breakable", "tc_piecewise", "disabled"], "default": None}  # fmt: skip
@@ -224,3 +234,31 @@ def test_a_model_that_traced_then_failed_when_run_blames_no_compiler():
         "fix": {"steps": [traced, ran], "parts": ["fp4_quantize_op"], "compiles": False}})  # fmt: skip
     assert (after["outcome"], after["blocked_at"]) == ("blocked", "subprocess")
     assert after["compiles_with_patch"] is None and "(not measured)" in after["note"]
+
+
+def test_each_child_walks_glm5s_chain_and_every_models_patch_walk_once():
+    """Notebook 11's child on the story's release and SM walks GLM-5's story chain and its patch
+    walk, and the patch walk of a model alongside; elsewhere GLM-5's chain is the plain one;
+    notebook 14's asks patch walks only, a model asked twice walked once."""
+    glm5, llama = models.named(pool.GLM5), models.named("llama-3.3-70b-nvfp4")
+    story = pool.walks(versions.STORY_VERSION, versions.STORY_SM, [glm5], "chain", [llama])
+    assert [(m.name, w) for m, w in story] == [
+        (glm5.name, "story"), (glm5.name, "patch"), (llama.name, "patch")]  # fmt: skip
+    other = pool.walks(versions.STORY_VERSION, "10.0", [glm5], "chain", [llama, glm5])
+    assert [w for _, w in other] == ["chain", "patch", "patch"]
+    assert [(m.name, w) for m, w in pool.walks("0.5.16", "9.0", [llama, glm5], "patch", [])] == [
+        (llama.name, "patch"), (glm5.name, "patch")]  # fmt: skip
+
+
+def test_a_replay_is_its_patch_walk_with_the_chain_and_not_measured_if_the_chain_failed():
+    patched = {"eager_release": {"status": "compiled"}, "fix": {"parts": [], "compiles": True}}
+    chained = {"eager_release": {"status": "compiled"}, "chain": [{"signature": "ok"}],
+               "cuda_home": [{"cuda_home": "unset",
+                              "blocker_frame": "flashinfer/jit/cpp_ext.py:49:get_cuda_path"}]}  # fmt: skip
+    assert pool.merged(patched, None) == patched
+    both = pool.merged(patched, chained)
+    assert both["fix"] == patched["fix"] and both["chain"] == chained["chain"]
+    assert "harness_error" not in both and both["cuda_home"] == chained["cuda_home"]
+    timed_out = pool.merged(patched, {"error": "the fork timed out after 480 s and was killed"})
+    assert decide.cell("0.5.9", "12.0", timed_out)["outcome"] == "not measured"
+    assert decide.cell("0.5.9", "12.0", both)["outcome"] != "not measured"

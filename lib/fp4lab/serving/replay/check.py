@@ -4,7 +4,7 @@
 
 The config (``config.json`` or its folder, with ``hf_quant_config.json`` where the checkpoint has
 one) is read and checked before anything is built (``models.read``); the release's own model
-class is built from its tiny form and replayed (``study.replay_one``); the answer says the outcome, the
+class is built from its tiny form and replayed (``pool.replay_one``); the answer says the outcome, the
 blocker frames with dynamo's graph-break code, the flag a user passes and whether fp4lab's patch
 fixes it. ``--trace-dir`` keeps dynamo's structured trace (TORCH_TRACE) for tlparse.
 """
@@ -17,7 +17,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fp4lab.core import params
-from fp4lab.serving.replay import decide, env, models, study, versions
+from fp4lab.serving.replay import decide, env, models, pool, versions
 
 
 def blocker_lines(replay: dict) -> list[str]:
@@ -58,7 +58,7 @@ def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
         progress(f"error: sglang=={version}: {built.error}")
         return 1
     extra = (("TORCH_TRACE", str(trace_dir.resolve())),) if trace_dir else ()
-    found = study.replay_one(version, sm, model, env_vars=extra)
+    found = pool.replay_one(version, sm, model, env_vars=extra)
     row, lines = answer(model, version, sm, found)
     for line in lines:
         progress(line)

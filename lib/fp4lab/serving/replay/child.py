@@ -1,24 +1,29 @@
 """Inside one SGLang environment: the release's own models through its piecewise runner, on one SM.
 
-    python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES MODE CHECKPOINT...
+    python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES MODES CHECKPOINT...
 
 The release is imported once for a simulated GPU of SM (``model.imported``); then, in a fork of
 that process per tiny CHECKPOINT folder (``models.write_tiny``; GLM-5's ``GlmMoeDsaForCausalLM``
-in the story), the release's class is built (``model.build``) and its piecewise runner is driven
-on it (``runner.drive``), as the server's ``ModelRunner`` does:
+in the story) and its walk (``MODES``), the release's class is built (``model.build``) and its
+piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunner`` does:
 
-* **eager**: the runner without ``install_torch_compiled``, on the release's code: what runs
-  before any compile is blamed;
+* **eager** (every walk, first): the runner without ``install_torch_compiled``, on the release's
+  code: what runs before any compile is blamed;
 * **chain** (MODE ``chain`` or ``story``): the story's blocker chain through the runner, each
   blocker removed by its staged remedy (``compile.stages``), stopping at the JIT's file I/O, a
   compiled model or a blocker with none; with ``story``, the story's ``torch.compiler.disable``
   patch on top, and the first blocker once for each value of CUDA_HOME in CUDA_HOMES (``unset``
   or a path);
-* **fix**: the user's patch (``patch.PARTS``), written as the plugin file and imported, one part
-  added for each blocker it removes, until the model compiles or a blocker has no part; then the
-  same runner eagerly with the same patch, and the logits of both compared.
+* **fix** (MODE ``patch``): the user's patch (``patch.PARTS``), written as the plugin file and
+  imported, one part added for each blocker it removes, until the model compiles or a blocker
+  has no part; then the same runner eagerly with the same patch, and the logits of both compared.
 
-CUDA_HOMES is comma-separated. OUT holds ``replays``, one per CHECKPOINT in order.
+Each walk has a fork of its own, because walks in one process change each other: the first
+compile's trace fills memos the next one's finds filled (sgl_kernel's ``is_arch_support_pdl``),
+so a patch walk after the chain saw one graph where a fresh process sees two.
+
+CUDA_HOMES and MODES (one per CHECKPOINT) are comma-separated. OUT holds ``replays``, one per
+CHECKPOINT in order.
 """
 
 from __future__ import annotations
@@ -185,18 +190,18 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
 
 
 MODES = ("story", "chain", "patch")
-"""What a replay walks: ``patch`` the eager pass and the user's patch (the blockers, the fix);
-``chain`` also the story's blocker chain; ``story`` also the story's own patch and each
+"""What a replay walks after the eager pass: ``patch`` the user's patch (the blockers, the fix);
+``chain`` the story's blocker chain; ``story`` the chain, the story's own patch and each
 CUDA_HOME."""
 
 MODEL_TIMEOUT_S = 480
 """The longest one model's replay (its fork) may take."""
 
 
-def replay_all(sm: tuple[int, int], cuda_homes: list[str], mode: str, out: Path,
+def replay_all(sm: tuple[int, int], cuda_homes: list[str], modes: list[str], out: Path,
                checkpoints: list[Path]) -> list[dict]:  # fmt: skip
-    """Each checkpoint's replay (``replay``), the release imported once and each model built and
-    driven in a fork of this process, so no model's patch reaches the next."""
+    """Each checkpoint's replay (``replay``) in its mode, the release imported once and each model
+    built and driven in a fork of this process, so no model's patch reaches the next."""
     os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
     os.environ.setdefault(
         "SGLANG_JIT_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang" / "jit")
@@ -204,9 +209,9 @@ def replay_all(sm: tuple[int, int], cuda_homes: list[str], mode: str, out: Path,
     probe.machine()  # probed before torch is made to claim a GPU
     try:
         with model.imported(sm) as release:
-            return [forks.forked(lambda c=c: replay(release, cuda_homes, mode, out, c),
-                                   out.with_name(f"{out.stem}-{i}.json"), MODEL_TIMEOUT_S)
-                    for i, c in enumerate(checkpoints)]  # fmt: skip
+            return [forks.forked(lambda c=c, m=m: replay(release, cuda_homes, m, out, c),
+                                 out.with_name(f"{out.stem}-{i}.json"), MODEL_TIMEOUT_S)
+                    for i, (c, m) in enumerate(zip(checkpoints, modes, strict=True))]  # fmt: skip
     except Exception as exc:  # recorded per model: the release failed to import here
         return [build_failed(exc, models.read(c).architecture) for c in checkpoints]
 
@@ -234,11 +239,12 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     try:
         with torch.no_grad():
             found["eager_release"] = eager_release(built, sm)
-            if mode != "patch":
+            if mode == "patch":
+                found["fix"] = fix_walk(built, sm, _version(), out)
+            else:
                 found["chain"] = walk(built, sm, mode == "story")
             if mode == "story":
                 found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
-            found["fix"] = fix_walk(built, sm, _version(), out)
     except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
         found["harness_error"] = failure(exc)
     return found | facts.release_rules(architecture)
@@ -251,14 +257,21 @@ def _version() -> str:
 
 
 def main(argv: list[str]) -> int:
-    if len(argv) < 6 or argv[1] != "replay" or argv[4] not in MODES:
+    modes = argv[4].split(",") if len(argv) > 4 else []
+    if (
+        len(argv) < 6
+        or argv[1] != "replay"
+        or len(modes) != len(argv) - 5
+        or any(m not in MODES for m in modes)
+    ):
         print(f"usage: python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES "
-              f"{{{'|'.join(MODES)}}} CHECKPOINT...", file=sys.stderr)  # fmt: skip
+              f"MODES CHECKPOINT... (MODES: one of {', '.join(MODES)} per CHECKPOINT, "
+              f"comma-separated)", file=sys.stderr)  # fmt: skip
         return 2
-    out, _, sm, cuda_homes, mode, *checkpoints = argv
+    out, _, sm, cuda_homes, _, *checkpoints = argv
     warnings.simplefilter("ignore")
     major, minor = (int(p) for p in sm.split("."))
-    found = {"replays": replay_all((major, minor), cuda_homes.split(","), mode, Path(out),
+    found = {"replays": replay_all((major, minor), cuda_homes.split(","), modes, Path(out),
                                    [Path(c) for c in checkpoints]),
              "python": platform.python_version(), "torch": torch.__version__,
              "flashinfer": getattr(target.flashinfer, "__version__", None),

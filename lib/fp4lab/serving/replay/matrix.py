@@ -1,56 +1,49 @@
 """Notebook 14's calls: every model of the built-in set (``models/``) through every SGLang
 release's piecewise runner on each simulated SM, and the model x release answer per SM.
 
-The replay is notebook 11's (``study.measure_versions``: one pool of children across releases and
-SMs, each importing its release once and replaying every model in a fork of itself), in its
-``patch`` mode (the eager pass and the user's patch walk; the story's chain is notebook 11's);
-each (model, release, SM) becomes one "decision" record with the model, its blocker frames and
-dynamo's graph-break codes, and the kernels that stood in for it.
+The replay is notebook 11's pool (``pool.measure_versions``: one child per release and SM, each
+importing its release once and walking every model in a fork of itself), each model's patch walk
+(the eager pass and the user's patch; the story's chain is notebook 11's), taken from notebook
+11's children where they walked it alongside and nothing changed since (``kept``). Each (model,
+release, SM) becomes one "decision" record with the model, its blocker frames and dynamo's
+graph-break codes, the kernels that stood in for it, and when it was replayed if it was kept.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from fp4lab.core import evidence, params, records
-from fp4lab.serving.replay import decide, models, study, timeline, versions
+from fp4lab.core import evidence, records
+from fp4lab.serving.replay import decide, models, pool, timeline, versions
 
 NAME = "14_fp4_model_matrix"
-ALL = "all"
-"""The value of ``models`` that means the whole built-in set."""
-
-
-def check_models(given: list[str] | tuple[str, ...] | str) -> list[str]:
-    """Model names as given (a list, one comma-separated string, or ``all``), each one of the
-    built-in set."""
-    names = params.items("models", given, f"{ALL}, {', '.join(models.built_in())}")
-    if names == [ALL]:
-        return models.built_in()
-    params.choices("models", names, tuple(models.built_in()))
-    return names
 
 
 def prepare(model_names: list[str] | str, sglang_versions: list[str] | str,
             sms: list[str] | str) -> records.Recorder:  # fmt: skip
     """Notebook 14's validation, before any install: models, releases, SMs."""
-    return records.Recorder(NAME, {"models": check_models(model_names),
+    return records.Recorder(NAME, {"models": models.check_names("models", model_names),
                                    "sglang_versions": versions.check_versions(sglang_versions),
                                    "sms": versions.check_sms(sms)})  # fmt: skip
 
 
 def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[dict]) -> dict:
     """One decision row: ``decide.cell`` with the model, its blockers' frames and graph-break
-    codes, and the names of what stood in."""
+    codes, the names of what stood in, and when a kept replay was measured (None: by this run)."""
     return {"model": model.name, "architecture": model.architecture,
             "quantization": model.quantization, **decide.cell(version, sm, replay, calls),
             "blocker_frames": decide.blocker_frames(replay),
-            "standins": sorted({s["name"] for s in replay.get("standins", [])})}  # fmt: skip
+            "standins": sorted({s["name"] for s in replay.get("standins", [])}),
+            "kept": replay.get("kept")}  # fmt: skip
 
 
 def measure(chosen: list[models.Model], sglang_versions: list[str], sms: list[str],
-            progress: Callable[[str], object] = print) -> list[study.VersionRun]:  # fmt: skip
-    """Every model of ``chosen`` on every release x SM, as notebook 14 and its benchmark run it."""
-    return study.measure_versions(sglang_versions, sms, ["unset"], progress, chosen, "patch")
+            progress: Callable[[str], object] = print, fresh: bool = False) -> list[pool.VersionRun]:  # fmt: skip
+    """Every model of ``chosen`` on every release x SM, as notebook 14 and its benchmark run it:
+    each model's patch walk, kept from notebook 11's children where they walked it alongside
+    (none with ``fresh``)."""
+    return pool.measure_versions(sglang_versions, sms, ["unset"], progress, chosen, "patch",
+                                 fresh=fresh)  # fmt: skip
 
 
 def measure_and_record(rec: records.Recorder) -> list[dict]:

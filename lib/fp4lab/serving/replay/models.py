@@ -14,7 +14,7 @@ import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from fp4lab.core import paths
+from fp4lab.core import params, paths
 
 BUILT_IN = paths.REPO_ROOT / "models"
 """The built-in set: ``models/<name>/config.json`` (+ ``hf_quant_config.json``) and
@@ -148,6 +148,25 @@ def read(path: str | Path, name: str | None = None) -> Model:
 def built_in() -> list[str]:
     """The names of the built-in set."""
     return sorted(p.parent.name for p in BUILT_IN.glob("*/config.json"))
+
+
+ALL, NONE = "all", "none"
+"""The values of a models parameter that mean the whole built-in set, and none of it."""
+
+
+def check_names(
+    name: str, given: list[str] | tuple[str, ...] | str, none: bool = False
+) -> list[str]:
+    """The models of the parameter ``name`` as given (a list, one comma-separated string, ``all``
+    or, where ``none`` is allowed, ``none``), each one of the built-in set."""
+    allowed = f"{ALL}, {NONE + ', ' if none else ''}{', '.join(built_in())}"
+    names = params.items(name, given, allowed)
+    if names == [ALL]:
+        return built_in()
+    if none and names == [NONE]:
+        return []
+    params.choices(name, names, tuple(built_in()))
+    return names
 
 
 def named(name: str) -> Model:

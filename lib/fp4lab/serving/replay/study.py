@@ -11,132 +11,12 @@ from __future__ import annotations
 
 import argparse
 import sys
-from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
-from fp4lab.core import evidence, params, paths, records, venvs
-from fp4lab.serving import standins
-from fp4lab.serving.replay import decide, env, models, patch, scan, timeline, versions
-
-CHILD_TIMEOUT_S = 600
-"""The longest a child may take per model it replays (``child.MODEL_TIMEOUT_S`` each, and the
-release's import)."""
-CUDA_HOME_CASES = ("unset", "/usr/local/cuda")
-"""The default CUDA_HOME values of the story's replay: neither CUDA_HOME nor CUDA_PATH set (a
-GPU box whose nvcc is on PATH), and a toolkit at the usual place."""
-
-
-@dataclass
-class VersionRun:
-    """Everything measured for one SGLang release: each model's replay per SM."""
-
-    version: str
-    environment: env.CompileEnv
-    calls: list[dict] = field(default_factory=list)
-    by_model: dict[str, dict[str, dict]] = field(default_factory=dict)
-
-    @property
-    def replays(self) -> dict[str, dict]:
-        """The replays per SM of the first model measured (GLM-5 in notebook 11)."""
-        return next(iter(self.by_model.values()), {})
-
-
-GLM5 = "glm-5-nvfp4"
-"""The story's model in the built-in set (``models.named``)."""
-
-LOGS = "sglang-compile/logs"
-"""The children's logs and tiny checkpoints, under the build folder."""
-
-
-def child(version: str, sm: str, cuda_home: list[str], mode: str, measured: list[models.Model],
-          env_vars: tuple[tuple[str, str], ...] = ()) -> venvs.Child:  # fmt: skip
-    """``python -m fp4lab.serving.replay.child OUT replay SM CUDA_HOMES MODE CHECKPOINT...`` in
-    the release's environment, each model's tiny checkpoint written for it (``child.MODES``)."""
-    names = [m.name for m in measured]
-    stem = (f"{version}-sm{sm}" if names == [GLM5] else f"{names[0]}-{version}-sm{sm}"
-            if len(names) == 1 else f"models-{version}-sm{sm}")  # fmt: skip
-    checkpoints = [str(models.write_tiny(*m.tiny()[:2], paths.build_dir() / LOGS /
-                                         f"{m.name}-{version}-sm{sm}-model")) for m in measured]  # fmt: skip
-    python = env.env_dir(version) / "venv" / "bin" / "python"
-    return venvs.Child(python, "fp4lab.serving.replay.child",
-                       ("replay", sm, ",".join(cuda_home), mode, *checkpoints), stem,
-                       f"the {names[0] + ' ' if len(names) == 1 else ''}replay of SGLang {version} "
-                       f"on SM{sm}", env_vars)  # fmt: skip
-
-
-def unpacked(found: dict, count: int) -> list[dict]:
-    """A child's result as one replay per model it was given, each with the child's versions and
-    seconds; a child that failed gives its error to each."""
-    if "replays" not in found:
-        return [found] * count
-    shared = {k: v for k, v in found.items() if k != "replays"}
-    return [{**shared, **replay} for replay in found["replays"]]
-
-
-def replay_one(version: str, sm: str, model: models.Model, mode: str = "patch",
-               env_vars: tuple[tuple[str, str], ...] = ()) -> dict:  # fmt: skip
-    """One model's replay on one release x SM whose environment is built."""
-    one = child(version, sm, list(CUDA_HOME_CASES), mode, [model], env_vars)
-    [found] = venvs.run_children([one], paths.build_dir() / LOGS, CHILD_TIMEOUT_S)
-    return unpacked(found, 1)[0]
-
-
-SCANNED = "fp4lab-scan.json"
-"""The scan of the installed release, kept in its environment (``scan.cached``)."""
-
-
-def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
-                     progress: Callable[[str], object] = print,
-                     measured: list[models.Model] | None = None,
-                     mode: str = "chain") -> list[VersionRun]:  # fmt: skip
-    """Each release's environment built or reused and its source scanned, in turn, while the
-    replays of the releases before it already run: one child per (release, SM) in one pool, one
-    per core at once, so no core waits while a release's last SM runs alone. Each child imports
-    the release once and replays every model (GLM-5 unless ``measured`` names models) in a fork
-    of itself; ``mode`` is what each walks (``child.MODES``: in ``chain``, GLM-5 alone on the
-    story's SM of the story's release also walks the story's patch and each CUDA_HOME). A
-    release whose environment failed has no replays."""
-    runs: list[VersionRun] = []
-    jobs: list[tuple[VersionRun, str]] = []
-    measured = measured or [models.named(GLM5)]
-    story = mode == "chain" and [m.name for m in measured] == [GLM5]
-
-    def prepared() -> Iterator[venvs.Child]:
-        for version in chosen:
-            compile_env = env.ensure_env(version)  # its environment says one line (core.venvs)
-            if compile_env.error:
-                progress(
-                    f"sglang=={version}: environment {compile_env.status}: {compile_env.error}"
-                )
-            run = VersionRun(version, compile_env)
-            runs.append(run)
-            if not compile_env.ok:
-                continue
-            package = standins.site_packages(str(compile_env.python)) / "sglang"
-            run.calls = scan.cached(package, env.env_dir(version) / "venv" / SCANNED)
-            for sm in sms:
-                jobs.append((run, sm))
-                walks = ("story" if story and (version, sm) == (versions.STORY_VERSION,
-                                                                 versions.STORY_SM) else mode)  # fmt: skip
-                yield child(version, sm, cuda_home, walks, measured)
-
-    def shown(one: venvs.Child, found: dict) -> None:
-        for name, replay in zip(
-            [m.name for m in measured], unpacked(found, len(measured)), strict=True
-        ):
-            fixed = replay.get("fix", {})
-            what = replay.get("error") or replay.get("build_error") or (
-                f"runner not driven: {replay['not_driven']}" if replay.get("not_driven") else
-                f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
-            progress(f"  {one.label}{f', {name}' if len(measured) > 1 else ''}: {what}")
-
-    found = venvs.run_children(prepared(), paths.build_dir() / LOGS,
-                               CHILD_TIMEOUT_S * len(measured), shown)  # fmt: skip
-    for (run, sm), result in zip(jobs, found, strict=True):
-        for model, replay in zip(measured, unpacked(result, len(measured)), strict=True):
-            run.by_model.setdefault(model.name, {})[sm] = replay
-    return runs
+from fp4lab.core import evidence, params, records
+from fp4lab.serving.replay import decide, env, models, patch, pool, scan, timeline, versions
+from fp4lab.serving.replay.pool import CUDA_HOME_CASES, GLM5, VersionRun
 
 
 def check_cuda_home(cuda_home: list[str] | tuple[str, ...] | str) -> list[str]:
@@ -150,14 +30,17 @@ def check_cuda_home(cuda_home: list[str] | tuple[str, ...] | str) -> list[str]:
 
 
 def prepare(sglang_versions: list[str] | str, sms: list[str] | str,
-            cuda_home: list[str] | str = CUDA_HOME_CASES) -> records.Recorder:  # fmt: skip
-    """Notebook 11's validation (before any install): releases, SMs and CUDA_HOME values."""
+            cuda_home: list[str] | str = CUDA_HOME_CASES,
+            matrix_models: list[str] | str = models.NONE) -> records.Recorder:  # fmt: skip
+    """Notebook 11's validation (before any install): releases, SMs, CUDA_HOME values, and the
+    models walked alongside GLM-5 for notebook 14 (``pool``)."""
     return records.Recorder(
         "11_sglang_piecewise_replay",
         {
             "sglang_versions": versions.check_versions(sglang_versions),
             "sms": versions.check_sms(sms),
             "cuda_home": check_cuda_home(cuda_home),
+            "matrix_models": models.check_names("matrix_models", matrix_models, none=True),
         },
     )
 
@@ -188,11 +71,13 @@ def record_version(rec: records.Recorder, run: VersionRun) -> list[dict]:
 
 
 def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> list[dict]:
-    """Every release measured (``measure_versions``; a failed one recorded, the others go on); the
+    """Every release measured (``pool.measure_versions``; a failed one recorded, the others go on,
+    the models of ``matrix_models`` walked alongside and kept for notebook 14); the
     decision table's rows recorded as "decision" and the "summary"."""
     rows: list[dict] = []
     chosen = versions.check_versions(rec.params["sglang_versions"], extra)
-    runs = measure_versions(chosen, rec.params["sms"], rec.params["cuda_home"])
+    runs = pool.measure_versions(chosen, rec.params["sms"], rec.params["cuda_home"],
+                                 alongside=[models.named(n) for n in rec.params["matrix_models"]])  # fmt: skip
     for run in runs:
         rows += record_version(rec, run)
     for row in rows:
@@ -242,7 +127,7 @@ def write_patch(version: str, sm: str, folder: Path, progress: Callable[[str], o
     if not built.ok:
         progress(f"error: sglang=={version}: {built.error}")
         return 1
-    found = replay_one(version, sm, model)
+    found = pool.replay_one(version, sm, model)
     fixed = found.get("fix", {})
     if not fixed:
         progress(f"error: {found.get('error') or found.get('build_error')}")
