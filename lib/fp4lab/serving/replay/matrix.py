@@ -68,6 +68,7 @@ def measure_and_record(rec: records.Recorder) -> list[dict]:
         "models": {m.name: m.as_record() for m in chosen},
         "timelines": {n: timeline.timeline(mine, n) for n, mine in per_model.items()},
         "versions_failed": {r.version: r.environment.error for r in runs if not r.environment.ok},
+        "replays_kept": sum(r["kept"] is not None for r in rows),
         "evidence": evidence.of_values(rows),
     })  # fmt: skip
     return rows
