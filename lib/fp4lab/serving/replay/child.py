@@ -223,7 +223,7 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     torch.set_num_threads(1)  # the importing process's thread pool is not in its fork
     sm = release.sm
     found: dict[str, Any] = {}
-    architecture = models.read(checkpoint).architecture  # before a fallback class rewrites it
+    architecture = models.read(checkpoint).architecture
     try:
         built = model.build(release, checkpoint)
     except Exception as exc:  # recorded: the exact obstacle on this machine

@@ -251,9 +251,10 @@ def build(release: Release, checkpoint: Path) -> Built:
     rework = found.reworked
     with release.stack:
         architecture = _architecture(found, asked)
-        if architecture != asked[0]:  # the release's class this config falls back to
-            config = {**given.config, "architectures": [architecture]}
-            models.write_tiny(config, given.hf_quant_config, checkpoint)
+        if architecture != asked[0]:  # the release's class it falls back to, in a copy: the
+            config = {**given.config, "architectures": [architecture]}  # next walk reads the given
+            checkpoint = models.write_tiny(config, given.hf_quant_config,
+                                           checkpoint.with_name(f"{checkpoint.name}-{architecture}"))  # fmt: skip
         server_args, listed, backends = _server_args(checkpoint, sm, rework, quantization, asked[0])
         standins += listed
         with setup_standins.building(sm) as listed:
