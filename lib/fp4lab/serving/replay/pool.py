@@ -130,7 +130,7 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
     time replays). A release whose environment failed has no replays."""
     runs: list[VersionRun] = []
     jobs: list[_Job] = []
-    asked_of: dict[str, list[Walk]] = {}
+    asked_of: dict[str, _Job] = {}
     measured = measured or [models.named(GLM5)]
 
     def prepared() -> Iterator[venvs.Child]:
@@ -156,15 +156,18 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
                 jobs.append(job)
                 if job.missing:
                     one = child(version, sm, cuda_home, job.missing)
-                    asked_of[one.stem] = job.missing
+                    asked_of[one.stem] = job
                     yield one
                 else:
                     progress(f"  SGLang {version} on SM{sm}: {len(job.found)} replays kept "
                              f"from an earlier run of the same code and environment")  # fmt: skip
 
-    def shown(one: venvs.Child, found: dict) -> None:
-        asked = asked_of[one.stem]
-        for (m, walk), replay in zip(asked, unpacked(found, len(asked)), strict=True):
+    def finished(one: venvs.Child, found: dict) -> None:
+        """Each walk's replay kept as soon as its child ends, and said in one line."""
+        job = asked_of[one.stem]
+        for (m, walk), replay in zip(job.missing, unpacked(found, len(job.missing)), strict=True):
+            kept.keep(job.run.version, job.sm, m, walk, job.keys[m.name, walk], replay)
+            job.found[m.name, walk] = replay
             fixed = replay.get("fix", {})
             what = replay.get("error") or replay.get("build_error") or (
                 f"runner not driven: {replay['not_driven']}" if replay.get("not_driven") else
@@ -172,13 +175,8 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
                 f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
             progress(f"  {one.label}, {m.name} {walk}: {what}")
 
-    found = venvs.run_children(prepared(), paths.build_dir() / LOGS,
-                               CHILD_TIMEOUT_S * (len(measured) * 2 + len(alongside or [])),
-                               shown)  # fmt: skip
-    for job, result in zip([j for j in jobs if j.missing], found, strict=True):
-        for (m, w), replay in zip(job.missing, unpacked(result, len(job.missing)), strict=True):
-            kept.keep(job.run.version, job.sm, m, w, job.keys[m.name, w], replay)
-            job.found[m.name, w] = replay
+    venvs.run_children(prepared(), paths.build_dir() / LOGS,
+                       CHILD_TIMEOUT_S * (len(measured) * 2 + len(alongside or [])), finished)  # fmt: skip
     for job in jobs:
         for m in measured:
             chained = next((r for (n, w), r in job.found.items() if n == m.name and w != "patch"),
