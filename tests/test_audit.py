@@ -237,6 +237,13 @@ def test_every_moe_runner_sglang_uses_for_nvfp4_gets_an_eager_checked_verdict(sm
         assert row["eager"] is not None, name
         if row["verdict"] in run.MUST_WRAP:
             assert row["eager"]["outcome"] in ("kernel", "completed", "needs_values"), (name, row)
+    trtllm = child.audit_entry(found["fused_moe.TrtllmFp4RoutedRunner.forward"], sm)
+    if sm == (12, 0):  # FlashInfer's own check; first in this process, then SM10 must not see it
+        assert trtllm["verdict"] == "target unsupported" and "SM120" in trtllm["why"], trtllm
+    else:  # building the runner fetches its cubins' checksums: a kernel, never a network wait
+        assert (trtllm["verdict"], trtllm["eager"]["outcome"]) == ("undetermined on CPU", "kernel")
+        assert trtllm["eager"]["kernel"].startswith("cubin download of "), trtllm["eager"]
+        assert trtllm["eager"]["frame"].startswith("flashinfer/jit/cubin_loader.py:"), trtllm
     runner = found["fused_moe.TrtllmFp4RoutedRunner.forward"].owner
     assert moe_runners.is_runner(runner) and moe_runners.backend_config(runner).__name__ == (
         "TrtllmFp4Config"
@@ -245,6 +252,35 @@ def test_every_moe_runner_sglang_uses_for_nvfp4_gets_an_eager_checked_verdict(sm
     assert wrapper.form == "method" and wrapper.reason == "MoE entry point documented for FP4"
     mega = child.call_for(found["moe_ep.MoEEpMegaLayer.forward"], sm)
     assert mega_moe.CONFIG in mega.notes[0], "built with the kernel config SGLang uses for NVFP4"
+
+
+def test_a_new_simulated_sm_forgets_flashinfers_memoised_device_queries():
+    from flashinfer import utils
+
+    seen = []
+    for sm in [(12, 0), (10, 0), (10, 0)]:
+        with simulation.simulated_cuda(sm):
+            seen.append(utils.get_compute_capability(torch.device("cuda")))
+    assert seen == [(12, 0), (10, 0), (10, 0)], "functools.cache keys on the device, not the SM"
+    assert simulation.device_caches_cleared((10, 0)) == 0, "the same SM keeps them"
+    assert simulation.device_caches_cleared((9, 0)) > 10, "utils' device queries among them"
+
+
+def test_a_runner_declaring_one_quant_variant_is_described_and_a_harness_failure_is_an_error_row():
+    import enum
+
+    class Variant(enum.Enum):  # 0.6.18's layout: one QuantVariant per declared quant
+        NVFP4 = 4
+
+    declared = type("OldRunner", (), {"supported_quant_variants": (Variant.NVFP4,)})
+    assert moe_runners.describe(declared)["quant"] == repr(Variant.NVFP4)
+    broken = type("BrokenRunner", (), {"supported_quant_variants": 3, "pack_inputs": None,
+                                       "check_support": None, "forward": lambda self: None})  # fmt: skip
+    entry = surface.EntryPoint("BrokenRunner.forward", "tests", "moe", "fault injected",
+                               broken.forward, "method", "tests", broken)  # fmt: skip
+    row = child.audit_entry(entry, (12, 0))
+    assert (row["status"], row["verdict"]) == ("error", "error"), row
+    assert row["reason"].startswith("TypeError: 'int' object is not subscriptable"), row
 
 
 def test_a_moe_wrapper_is_fp4_by_its_run_methods_documentation():

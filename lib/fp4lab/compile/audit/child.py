@@ -46,14 +46,13 @@ def call_for(entry: surface.EntryPoint, sm: tuple[int, int]) -> inputs.Call:
 def audit_entry(entry: surface.EntryPoint, sm: tuple[int, int]) -> dict:
     """One row for one entry point on one SM (``status``: audited | no input spec | error)."""
     name = f"{sm[0]}.{sm[1]}"
-    try:
-        call = call_for(entry, sm)
-    except inputs.SpecError as exc:
-        return _row(entry, name, "no input spec", verdict="no input spec", reason=str(exc))
     op = entry.name.removeprefix("torch.ops.").replace(".", "::", 1) if entry.form == "op" else None
     try:
+        call = call_for(entry, sm)
         found = run.audit(call.fn, call.build, sm, op=op or f"flashinfer::{entry.name}")
-    except Exception as exc:  # one entry point's failure must not stop the others
+    except inputs.SpecError as exc:
+        return _row(entry, name, "no input spec", verdict="no input spec", reason=str(exc))
+    except Exception as exc:  # fp4lab's own failure on one entry point must not stop the others
         return _row(entry, name, "error", verdict="error", reason=f"{type(exc).__name__}: {exc}")
     found.pop("sm")
     return _row(entry, name, "audited", inputs=call.as_record(), **found)

@@ -3,8 +3,8 @@
 
 * the backend config is the one ``fused_moe.layer._BACKEND_RUNNERS`` maps to the runner;
 * the ``MoEConfig``: routing of ``E`` experts, top ``TOPK``, ``ExpertConfig(I)``, the first quant
-  pair the runner declares (``supported_quant_variants``), the first activation it declares for
-  that pair (``supported_activation_classes[_by_quant]``);
+  the runner declares (``supported_quant_variants``: a format pair, or a variant in 0.6.18), the
+  first activation it declares for that quant (``supported_activation_classes[_by_quant]``);
 * the lifecycle ``MoERunner`` documents: construct on the GPU, ``check_support()``, ``build()``,
   weights from the backend config's ``prepare_weights`` on canonical BF16 weights (``w1``
   ``[E, 2I, H]``, ``w2`` ``[E, H, I]``, ``MoEWeightPack``'s contract) registered under the runner's
@@ -45,7 +45,7 @@ def backend_config(owner: type) -> type | None:
     return found[0] if found else None
 
 
-def _activation(owner: type, pair: tuple) -> type | None:
+def _activation(owner: type, pair: Any) -> type | None:
     by_quant = getattr(owner, "supported_activation_classes_by_quant", {}) or {}
     declared = by_quant.get(pair) or getattr(owner, "supported_activation_classes", ())
     return declared[0] if declared else None
@@ -57,13 +57,24 @@ def _call(fn: Callable, positional: list, offered: dict[str, Any]) -> Any:
     return fn(*positional, **{k: v for k, v in offered.items() if k in params})
 
 
+def quant_config(declared: Any) -> Any:
+    """FlashInfer's ``QuantConfig`` for a quant the runner declares: a (weight, activation) pair
+    of ``QuantFormat`` (0.7 on), or one ``QuantVariant`` (0.6.18)."""
+    from flashinfer.fused_moe import api
+
+    if isinstance(declared, tuple):
+        return api.QuantConfig(*declared)
+    return api.QuantConfig(variant=declared)
+
+
 def describe(owner: type) -> dict[str, str]:
     """The choices made for ``owner``, as text for the record."""
     cfg, pair = backend_config(owner), owner.supported_quant_variants[:1]
     activation = _activation(owner, pair[0]) if pair else None
+    quant = ", ".join(map(repr, pair[0])) if pair and isinstance(pair[0], tuple) else repr(pair[0])
     return {
         "backend_config": cfg.__name__ if cfg else "none",
-        "quant": ", ".join(repr(q) for q in pair[0]) if pair else "none declared",
+        "quant": quant if pair else "none declared",
         "activation": activation.__name__ if activation else "none declared",
         "routing": "E experts, top TOPK", "experts": "intermediate_size=I",
         **{k: v for k, v in CANONICAL.items()},
@@ -78,7 +89,7 @@ def build_packed(owner: type) -> tuple[Any, Any]:
     if cfg is None or not owner.supported_quant_variants:
         raise TypeError(f"{owner.__name__} has no backend config or quant pair in FlashInfer")
     pair = owner.supported_quant_variants[0]
-    quant = api.QuantConfig(*pair)
+    quant = quant_config(pair)
     activation = _activation(owner, pair)
     sizes = {s: inputs.value(s) for s in ("E", "TOPK", "I", "K")}
     config = api.MoEConfig(

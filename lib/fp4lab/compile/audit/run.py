@@ -49,7 +49,8 @@ VERDICT_NOTES = {
     "target unsupported": "the eager call raised because the target (its SM, or CUDA "
     f"{simulation.CUDA_VERSION}) is not one the entry point supports",
     "undetermined on CPU": "the CPU build of torch (or fake tensors, which carry no values) "
-    "stopped the call before the line where the trace broke: no verdict, kept out of every count",
+    "stopped the call before the line where the trace broke, or building its inputs reached a "
+    "kernel (a JIT build, a cubin download): no verdict, kept out of every count",
 }
 MUST_WRAP = ("graph break", "compile error")
 """Verdicts that mean a piecewise runner must wrap the call."""
@@ -159,8 +160,9 @@ def _run(
         simulation.fake_cuda() if fake else contextlib.nullcontext(),
         torch.no_grad(),
     ):
-        try:
-            args, kwargs = simulation.on_gpu(build) if fake else build()
+        try:  # a set-up that builds a kernel or fetches a cubin stops there, as the call does
+            with simulation.kernel_boundary():
+                args, kwargs = simulation.on_gpu(build) if fake else build()
         except Exception as exc:  # the package refused to build the inputs (e.g. a constructor)
             return eager.classify(exc, package), []
 

@@ -17,6 +17,8 @@ Every context manager restores what it changed on exit, even when the block rais
 from __future__ import annotations
 
 import contextlib
+import functools
+import inspect
 import sys
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -55,9 +57,9 @@ STANDINS = (
         "name": "kernel_boundary",
         "replaces": "flashinfer.jit.cpp_ext.run_ninja, flashinfer.jit.cubin_loader.download_file, "
         "cutlass.base_dsl.dsl.BaseDSL._preprocess_and_replace_code",
-        "why": "the eager call stops where FlashInfer would compile a kernel (a JIT build, a CuTe "
-        "DSL compile) or download a cubin (no CUDA, no network here); the trace meets the real "
-        "functions",
+        "why": "the eager call (and the building of its inputs) stops where FlashInfer would "
+        "compile a kernel (a JIT build, a CuTe DSL compile) or download a cubin (no CUDA, no "
+        "network here); the trace meets the real functions",
     },
 )
 """What stands in for what, listed in every record."""
@@ -70,6 +72,9 @@ BOUNDARY_PACKAGES = ("cudnn", "cutlass", "cuda", "tvm_ffi", "nvidia", "triton")
 the CUDA driver bindings, the compiled-module loader, Triton)."""
 
 _MISSING = object()
+DEVICE_KEYS = ("device", "device_index", "device_id", "device_key")
+"""The parameter names of FlashInfer's memoised per-device queries (``device_caches_cleared``)."""
+_caches_sm: tuple[int, int] | None = None
 
 
 class KernelReached(Exception):
@@ -201,8 +206,31 @@ def simulated_cuda(sm: tuple[int, int]) -> Iterator[dict]:
         (contexts.CUDADeviceVariable, "_maybe_exchange_fn", staticmethod(lambda device: 0)),
         (torch.version, "cuda", CUDA_VERSION),
     ]  # fmt: skip
+    device_caches_cleared(sm)
     with _replaced(pairs), probe.simulating(sm), target.populated_arch_set(sm):
         yield probe.target()
+
+
+def device_caches_cleared(sm: tuple[int, int]) -> int:
+    """FlashInfer's memoised per-device queries (``get_compute_capability`` and its kin, keyed by
+    the device, not the SM) forgotten when the simulated SM changes, so no SM's answers reach the
+    next one simulated in the same process; how many were cleared."""
+    global _caches_sm
+    if _caches_sm == sm:
+        return 0
+    cleared = 0
+    for module in target.flashinfer_modules():
+        for value in list(vars(module).values()):
+            if (
+                isinstance(value, functools._lru_cache_wrapper)
+                and value.__module__ == module.__name__
+            ):
+                with contextlib.suppress(TypeError, ValueError):  # no signature to read
+                    if set(inspect.signature(value).parameters) & set(DEVICE_KEYS):
+                        value.cache_clear()
+                        cleared += 1
+    _caches_sm = sm
+    return cleared
 
 
 def _reached(what: str) -> Any:
