@@ -49,13 +49,18 @@ export TRITON_CACHE_DIR      := $(abspath $(BUILD))/cache/triton
 export XDG_CACHE_HOME        := $(abspath $(BUILD))/cache/xdg
 export HF_HOME               := $(abspath $(BUILD))/cache/huggingface
 export IPYTHONDIR            := $(abspath $(BUILD))/cache/ipython
+export TVM_FFI_CACHE_DIR     := $(abspath $(BUILD))/cache/tvm-ffi
 export JUPYTER_CONFIG_DIR    := $(abspath $(BUILD))/jupyter/config
 export JUPYTER_DATA_DIR      := $(abspath $(BUILD))/jupyter/data
 export JUPYTER_RUNTIME_DIR   := $(abspath $(BUILD))/jupyter/runtime
 export PIP_CACHE_DIR         := $(abspath $(BUILD))/cache/pip
+# Temporary files too (made here, before any recipe): inductor keeps its precompiled headers
+# in the temporary folder whatever TORCHINDUCTOR_CACHE_DIR says; pytest and nvcc write there.
+export TMPDIR                := $(abspath $(BUILD))/cache/tmp
+$(shell mkdir -p $(TMPDIR))
 export PYTHONUNBUFFERED      := 1
 CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
-          $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR)
+          $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR) $(TVM_FFI_CACHE_DIR)
 
 .PHONY: reproduce test lint lab list matrix sglang gpu gpu-bundle benchmarks readme venv lock clean
 

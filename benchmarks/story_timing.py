@@ -98,7 +98,8 @@ def fresh_clone(tmp: str) -> tuple[Path, dict[str, str]]:
     variables that would point the clone at this checkout's build/ and caches."""
     clone = Path(tmp) / "fp4lab"
     subprocess.run(["git", "clone", "-q", str(paths.REPO_ROOT), str(clone)], check=True)
-    prefixes = ("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_", "UV_", "TRITON_", "HF_", "XDG_CACHE")
+    prefixes = ("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_", "UV_", "TRITON_", "HF_", "XDG_CACHE",
+                "TVM_FFI_", "TMPDIR")  # fmt: skip
     return clone, {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
 
 

@@ -7,6 +7,7 @@ from __future__ import annotations
 import pytest
 
 from fp4lab.serving.replay import (
+    cpu_kernels,
     decide,
     failed,
     layout,
@@ -262,3 +263,12 @@ def test_a_replay_is_its_patch_walk_with_the_chain_and_not_measured_if_the_chain
     timed_out = pool.merged(patched, {"error": "the fork timed out after 480 s and was killed"})
     assert decide.cell("0.5.9", "12.0", timed_out)["outcome"] == "not measured"
     assert decide.cell("0.5.9", "12.0", both)["outcome"] != "not measured"
+
+
+def test_a_refused_cuda_build_raises_at_once_and_keeps_the_kernels_name(monkeypatch):
+    monkeypatch.setattr(cpu_kernels, "REFUSED_BUILDS", [])
+    for folder in ("sgl_kernel_jit_qknorm_64_true_bf16_t_d85e8a9521690a88",
+                   "sgl_kernel_jit_qknorm_64_true_bf16_t_0ef23ea0b99d5ef3__arch_10.0a__tvmffi_0.1.15"):  # fmt: skip
+        with pytest.raises(RuntimeError, match="no CUDA module is built on this machine"):
+            cpu_kernels.no_cuda_build(f"/cache/tvm-ffi/{folder}")
+    assert cpu_kernels.REFUSED_BUILDS == ["sgl_kernel_jit_qknorm_64_true_bf16_t"] * 2

@@ -24,6 +24,8 @@ _CACHE_VARIABLES = {
     "XDG_CACHE_HOME": "xdg",
     "HF_HOME": "huggingface",
     "IPYTHONDIR": "ipython",
+    "TVM_FFI_CACHE_DIR": "tvm-ffi",  # SGLang's JIT kernels' sources (their builds are refused)
+    "TMPDIR": "tmp",  # inductor's precompiled headers go there, whatever its cache dir
 }
 
 

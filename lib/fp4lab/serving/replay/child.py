@@ -42,7 +42,16 @@ import torch
 
 from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, forks, paths, probe
-from fp4lab.serving.replay import facts, forward, model, models, patch, plugin, runner
+from fp4lab.serving.replay import (
+    cpu_kernels,
+    facts,
+    forward,
+    model,
+    models,
+    patch,
+    plugin,
+    runner,
+)
 from fp4lab.serving.replay.failed import build_failed, failure
 from fp4lab.serving.replay.flags import user_flags
 
@@ -247,6 +256,7 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
                 found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
     except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
         found["harness_error"] = failure(exc)
+    found["jit_builds_refused"] = sorted(set(cpu_kernels.REFUSED_BUILDS))  # fallbacks traced
     return found | facts.release_rules(architecture)
 
 

@@ -158,6 +158,12 @@ def _installed(table: tuple, suffix: str) -> list[dict]:
     return done
 
 
+def jit_builds_refused() -> list[dict]:
+    """``kernel_tables.JIT_BUILDS`` installed where the release has the module and name (before
+    the release is imported)."""
+    return _installed(tables.JIT_BUILDS, "refused")
+
+
 def load_time_kernels() -> list[dict]:
     """``kernel_tables.LOAD_TIME`` installed where the release has the module and name (before the
     model loads)."""

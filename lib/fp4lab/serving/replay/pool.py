@@ -165,6 +165,7 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
     def finished(one: venvs.Child, found: dict) -> None:
         """Each walk's replay kept as soon as its child ends, and said in one line."""
         job = asked_of[one.stem]
+        named = len({m.name for m, _ in job.missing}) > 1  # else the child's label names it
         for (m, walk), replay in zip(job.missing, unpacked(found, len(job.missing)), strict=True):
             kept.keep(job.run.version, job.sm, m, walk, job.keys[m.name, walk], replay)
             job.found[m.name, walk] = replay
@@ -173,7 +174,7 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
                 f"runner not driven: {replay['not_driven']}" if replay.get("not_driven") else
                 f"chain of {len(replay.get('chain', []))} steps" if walk != "patch" else
                 f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
-            progress(f"  {one.label}, {m.name} {walk}: {what}")
+            progress(f"  {one.label}, {f'{m.name} ' if named else ''}{walk}: {what}")
 
     venvs.run_children(prepared(), paths.build_dir() / LOGS,
                        CHILD_TIMEOUT_S * (len(measured) * 2 + len(alongside or [])), finished)  # fmt: skip
