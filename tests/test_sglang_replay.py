@@ -242,7 +242,7 @@ def test_a_later_release_lets_glm5_through_as_released_and_equals_eager(later_re
     assert (fixed["parts"], fixed["compiles"], fixed["equals_eager"]) == ([], True, True)
     assert fixed["pieces"] >= 3 and fixed["kernel"].startswith("fp4lab reference")
     assert "sglang.flashinfer_fp4_quantize" in fixed["graph_custom_ops"], "SGLang's own op"
-    assert "build_ninja_refused" in {s["name"] for s in replay["standins"]}
+    assert "ninja_refused" in {s["name"] for s in replay["standins"]}
     assert replay["jit_builds_refused"] == ["sgl_kernel_jit_fused_store_index_k_cache_bf16_t_int64_t_64_true"], (
         "the DSA indexer probes its JIT K-cache store, refused: its fallback is traced"
     )  # fmt: skip
@@ -379,7 +379,7 @@ def test_each_sm_takes_the_releases_own_path(notebook_records):
 def test_every_stand_in_is_listed_with_its_boundary_and_why(notebook_records):
     names = {s["name"]: s for s in _replay(notebook_records, versions.STORY_SM)["standins"]}
     for name in ("attention_backend", "sgl_kernel_ops", "sglang::fp4_gemm_cpu_kernel",
-                 "build_ninja_refused", "cutlass_moe_fp4_eager_only", "cuda_graph_capture_not_run",
+                 "ninja_refused", "cutlass_moe_fp4_eager_only", "cuda_graph_capture_not_run",
                  "eager_pass"):  # fmt: skip
         assert name in names and names[name]["why"], name
 

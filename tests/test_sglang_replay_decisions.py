@@ -4,12 +4,15 @@ release layouts the replay knows, read from files; one rank's values filled by s
 
 from __future__ import annotations
 
+import os
+import subprocess
+
 import pytest
 
 from fp4lab.serving.replay import (
-    cpu_kernels,
     decide,
     failed,
+    kernels,
     layout,
     model,
     models,
@@ -265,10 +268,26 @@ def test_a_replay_is_its_patch_walk_with_the_chain_and_not_measured_if_the_chain
     assert decide.cell("0.5.9", "12.0", both)["outcome"] != "not measured"
 
 
-def test_a_refused_cuda_build_raises_at_once_and_keeps_the_kernels_name(monkeypatch):
-    monkeypatch.setattr(cpu_kernels, "REFUSED_BUILDS", [])
-    for folder in ("sgl_kernel_jit_qknorm_64_true_bf16_t_d85e8a9521690a88",
-                   "sgl_kernel_jit_qknorm_64_true_bf16_t_0ef23ea0b99d5ef3__arch_10.0a__tvmffi_0.1.15"):  # fmt: skip
-        with pytest.raises(RuntimeError, match="no CUDA module is built on this machine"):
-            cpu_kernels.no_cuda_build(f"/cache/tvm-ffi/{folder}")
-    assert cpu_kernels.REFUSED_BUILDS == ["sgl_kernel_jit_qknorm_64_true_bf16_t"] * 2
+def test_the_ninja_of_jit_builds_builds_nothing_and_names_each_module_it_refused(
+    tmp_path, monkeypatch
+):
+    monkeypatch.setenv("FP4LAB_BUILD_DIR", str(tmp_path / "build"))
+    monkeypatch.setenv("PATH", os.environ["PATH"])  # restored after the test
+    [standin] = kernels.ninja_refused()
+    assert standin["name"] == "ninja_refused" and standin["why"]
+    log = tmp_path / "refused"
+    monkeypatch.setenv("FP4LAB_REFUSED_BUILDS", str(log))
+    folders = [tmp_path / "tvm-ffi" / "sgl_kernel_jit_qknorm_64_true_bf16_t_0ef23ea0b99d5ef3__arch_10.0",
+               tmp_path / "jit" / "sm_120" / "fused_store_index_k_cache" / "build-3f2a" / ".staging-9c1d"]  # fmt: skip
+    for folder in folders:
+        folder.mkdir(parents=True)
+        done = subprocess.run(
+            ["ninja", "-f", "build.ninja"], cwd=folder, capture_output=True, text=True
+        )
+        assert done.returncode == 1 and "no CUDA module is built" in done.stderr
+        assert list(folder.iterdir()) == [], "nothing built, nothing written"
+    assert kernels.refused_builds(log) == [
+        "fused_store_index_k_cache",
+        "sgl_kernel_jit_qknorm_64_true_bf16_t",
+    ]
+    assert not log.exists() and kernels.refused_builds(log) == []

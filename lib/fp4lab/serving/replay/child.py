@@ -43,9 +43,9 @@ import torch
 from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, forks, paths, probe
 from fp4lab.serving.replay import (
-    cpu_kernels,
     facts,
     forward,
+    kernels,
     model,
     models,
     patch,
@@ -230,6 +230,8 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     """Everything ``mode`` asks for, measured for the release's model of ``checkpoint`` (see the
     module docstring); in a process of its own."""
     torch.set_num_threads(1)  # the importing process's thread pool is not in its fork
+    refused = out.with_name(f"{out.stem}-{os.getpid()}.refused")  # ``kernels.ninja_refused``
+    os.environ["FP4LAB_REFUSED_BUILDS"] = str(refused)
     sm = release.sm
     found: dict[str, Any] = {}
     architecture = models.read(checkpoint).architecture
@@ -256,7 +258,7 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
                 found["cuda_home"] = cuda_home_cases(built, sm, cuda_homes)
     except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
         found["harness_error"] = failure(exc)
-    found["jit_builds_refused"] = sorted(set(cpu_kernels.REFUSED_BUILDS))  # fallbacks traced
+    found["jit_builds_refused"] = kernels.refused_builds(refused)  # their fallbacks were traced
     return found | facts.release_rules(architecture)
 
 

@@ -7,7 +7,6 @@ MoE's are ``cpu_moe_kernels``; where they are installed, and why, is ``kernel_ta
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 import torch
@@ -244,16 +243,3 @@ def block_scale_interleave(scales: torch.Tensor) -> torch.Tensor:
     flat = scales.reshape(-1, *scales.shape[-2:])
     done = [swizzle.swizzle_128x4(m) for m in flat]
     return torch.stack(done).reshape(*scales.shape[:-2], -1) if scales.ndim > 2 else done[0]
-
-
-REFUSED_BUILDS: list[str] = []
-"""The CUDA modules ``no_cuda_build`` refused in this process, by name (without tvm-ffi's hash)."""
-
-
-def no_cuda_build(build_dir: str) -> None:
-    """tvm-ffi's ninja build of a CUDA module, refused at once: no CUDA kernel runs here, so none
-    is built, whether this machine has nvcc or not; the module's name is kept."""
-    folder = str(build_dir).rstrip("/").rsplit("/", 1)[-1]
-    REFUSED_BUILDS.append(re.split(r"_[0-9a-f]{16}(?:_|$)", folder)[0])
-    raise RuntimeError(f"no CUDA module is built on this machine (fp4lab's kernel boundary): "
-                       f"{folder}")  # fmt: skip

@@ -174,16 +174,6 @@ LOAD_TIME = (
 )  # fmt: skip
 """(module, name, CPU kernel, why): kernels the model's weight preparation calls on load."""
 
-JIT_BUILDS = (
-    ("tvm_ffi.cpp.extension", "build_ninja", cpu_kernels.no_cuda_build,
-     "tvm-ffi's ninja build of SGLang's JIT CUDA kernels (0.5.6 on: its QK norm, the DSA "
-     "indexer's fused K-cache store, ...), refused at once as on a machine without nvcc (with "
-     "one, each build took 12 s of nvcc and failed to link): SGLang's capability probes answer "
-     "no, so the release's fallback branch is traced where a GPU would take the JIT kernel"),
-)  # fmt: skip
-"""(module, name, stand-in, why): the builds of CUDA modules, refused before the release is
-imported."""
-
 
 TRTLLM_WHY = ("FlashInfer's TRT-LLM FP4 MoE kernel: no CPU reference for its shuffled weight "
               "layout, the routed experts contribute zero (the MoE's numerics are not checked "

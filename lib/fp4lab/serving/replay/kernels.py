@@ -27,12 +27,16 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import os
+import re
 import types
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 import torch
 
+from fp4lab.core import paths
 from fp4lab.serving.replay import cpu_kernels
 from fp4lab.serving.replay import kernel_tables as tables
 
@@ -158,10 +162,48 @@ def _installed(table: tuple, suffix: str) -> list[dict]:
     return done
 
 
-def jit_builds_refused() -> list[dict]:
-    """``kernel_tables.JIT_BUILDS`` installed where the release has the module and name (before
-    the release is imported)."""
-    return _installed(tables.JIT_BUILDS, "refused")
+NINJA = """#!/bin/sh
+# fp4lab's kernel boundary: the ninja of JIT builds (tvm-ffi's, SGLang's own) builds nothing here
+[ -n "$FP4LAB_REFUSED_BUILDS" ] && pwd >> "$FP4LAB_REFUSED_BUILDS"
+echo "no CUDA module is built on this machine (fp4lab's kernel boundary stands in for ninja)" >&2
+exit 1
+"""
+"""The ``ninja`` first on a replay's PATH (``ninja_refused``)."""
+
+
+def ninja_refused() -> list[dict]:
+    """A ``ninja`` that builds nothing, first on PATH: each JIT build of a CUDA module (tvm-ffi's,
+    SGLang's own: 0.5.6 on) fails at once, as on a machine without nvcc, with the release's own
+    words for a failed build; the folder of each is written to ``$FP4LAB_REFUSED_BUILDS``."""
+    folder = paths.build_dir() / "sglang-compile" / "bin"
+    folder.mkdir(parents=True, exist_ok=True)
+    written = folder / f".ninja.{os.getpid()}"
+    written.write_text(NINJA)
+    written.chmod(0o755)
+    written.replace(folder / "ninja")  # at once: children of other releases may be running it
+    os.environ["PATH"] = f"{folder}{os.pathsep}{os.environ.get('PATH', '')}"
+    return [record("ninja_refused", "ninja (first on PATH)",
+                   "the JIT builds of SGLang's CUDA kernels (its QK norm, the DSA indexer's fused "
+                   "K-cache store, ...) fail at once, as on a machine without nvcc (with one, each "
+                   "took 12 s of nvcc and still failed to link): SGLang's capability probes answer "
+                   "no, so the release's fallback is traced where a GPU would take the JIT "
+                   "kernel; each replay lists them (jit_builds_refused)")]  # fmt: skip
+
+
+def refused_builds(log: Path) -> list[str]:
+    """The CUDA modules whose builds ``ninja_refused`` refused, from the folders in ``log`` (then
+    removed): each module's name (tvm-ffi's hash, SGLang's build and staging folders left out)."""
+    if not log.exists():
+        return []
+    lines = log.read_text().splitlines()
+    log.unlink()
+    names = []
+    for line in lines:
+        folder = next(
+            p for p in reversed(Path(line).parts) if not p.startswith((".staging-", "build-"))
+        )
+        names.append(re.split(r"_[0-9a-f]{16}(?:_|$)", folder)[0])
+    return sorted(set(names))
 
 
 def load_time_kernels() -> list[dict]:

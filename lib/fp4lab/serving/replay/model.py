@@ -226,7 +226,7 @@ def imported(sm: tuple[int, int]) -> Iterator[Release]:
     and 0.5.5's ``deepseek_v2`` ask for them when imported); the simulated GPU lasts until the
     block ends or ``build`` ends it."""
     started = time.perf_counter()
-    standins = setup_standins.libcudart() + kernels.jit_builds_refused()
+    standins = setup_standins.libcudart() + kernels.ninja_refused()
     rework = layout.family(layout.package_root()) == "reworked"
     with contextlib.ExitStack() as stack:
         patched = stack.enter_context(inside.simulated_gpu(sm))
