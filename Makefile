@@ -54,10 +54,6 @@ export JUPYTER_CONFIG_DIR    := $(abspath $(BUILD))/jupyter/config
 export JUPYTER_DATA_DIR      := $(abspath $(BUILD))/jupyter/data
 export JUPYTER_RUNTIME_DIR   := $(abspath $(BUILD))/jupyter/runtime
 export PIP_CACHE_DIR         := $(abspath $(BUILD))/cache/pip
-# Temporary files too (made here, before any recipe): inductor keeps its precompiled headers
-# in the temporary folder whatever TORCHINDUCTOR_CACHE_DIR says; pytest and nvcc write there.
-export TMPDIR                := $(abspath $(BUILD))/cache/tmp
-$(shell mkdir -p $(TMPDIR))
 export PYTHONUNBUFFERED      := 1
 CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
           $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR) $(TVM_FFI_CACHE_DIR)

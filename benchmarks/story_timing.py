@@ -99,7 +99,7 @@ def fresh_clone(tmp: str) -> tuple[Path, dict[str, str]]:
     clone = Path(tmp) / "fp4lab"
     subprocess.run(["git", "clone", "-q", str(paths.REPO_ROOT), str(clone)], check=True)
     prefixes = ("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_", "UV_", "TRITON_", "HF_", "XDG_CACHE",
-                "TVM_FFI_", "TMPDIR")  # fmt: skip
+                "TVM_FFI_")  # fmt: skip
     return clone, {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
 
 

@@ -25,7 +25,6 @@ _CACHE_VARIABLES = {
     "HF_HOME": "huggingface",
     "IPYTHONDIR": "ipython",
     "TVM_FFI_CACHE_DIR": "tvm-ffi",  # SGLang's JIT kernels' sources (their builds are refused)
-    "TMPDIR": "tmp",  # inductor's precompiled headers go there, whatever its cache dir
 }
 
 
