@@ -274,6 +274,8 @@ def test_a_runner_declaring_one_quant_variant_is_described_and_a_harness_failure
 
     declared = type("OldRunner", (), {"supported_quant_variants": (Variant.NVFP4,)})
     assert moe_runners.describe(declared)["quant"] == repr(Variant.NVFP4)
+    none = type("NoQuantRunner", (), {"supported_quant_variants": ()})
+    assert moe_runners.describe(none)["quant"] == "none declared"
     broken = type("BrokenRunner", (), {"supported_quant_variants": 3, "pack_inputs": None,
                                        "check_support": None, "forward": lambda self: None})  # fmt: skip
     entry = surface.EntryPoint("BrokenRunner.forward", "tests", "moe", "fault injected",

@@ -71,10 +71,11 @@ def describe(owner: type) -> dict[str, str]:
     """The choices made for ``owner``, as text for the record."""
     cfg, pair = backend_config(owner), owner.supported_quant_variants[:1]
     activation = _activation(owner, pair[0]) if pair else None
-    quant = ", ".join(map(repr, pair[0])) if pair and isinstance(pair[0], tuple) else repr(pair[0])
+    quant = pair[0] if pair else None
     return {
         "backend_config": cfg.__name__ if cfg else "none",
-        "quant": quant if pair else "none declared",
+        "quant": (", ".join(map(repr, quant)) if isinstance(quant, tuple) else repr(quant))
+        if pair else "none declared",
         "activation": activation.__name__ if activation else "none declared",
         "routing": "E experts, top TOPK", "experts": "intermediate_size=I",
         **{k: v for k, v in CANONICAL.items()},
