@@ -291,3 +291,38 @@ def test_the_ninja_of_jit_builds_builds_nothing_and_names_each_module_it_refused
         "sgl_kernel_jit_qknorm_64_true_bf16_t",
     ]
     assert not log.exists() and kernels.refused_builds(log) == []
+
+
+def _compiled(**fix: object) -> dict:
+    """A replay whose patch walk met no blocker, with ``fix``'s comparison and pieces."""
+    steps = [{"status": "compiled", "signature": "ok"}]
+    return {"piecewise_options": [PREFILL], "chain": [],
+            "fix": {"steps": steps, "parts": [], "compiles": True, **fix}}  # fmt: skip
+
+
+def test_compiles_needs_pieces_that_ran_and_logits_equal_to_eager():
+    works = decide.cell("0.5.16", "12.0", _compiled(equals_eager=True, pieces=3))
+    wrong = decide.cell("0.5.16", "10.0", _compiled(equals_eager=False, pieces=3,
+                                                    max_abs_diff=2.5e-3))  # fmt: skip
+    empty = decide.cell("0.5.16", "9.0", _compiled(equals_eager=True, pieces=0))
+    assert works["outcome"] == "compiles" and "equals eager" in works["note"]
+    assert wrong["outcome"] == "wrong output" and "max |compiled - eager| 0.0025" in wrong["note"]
+    assert empty["outcome"] == "not measured" and "no piecewise graph ran" in empty["note"]
+    said = decide.decision([works, wrong, empty])
+    assert said["verdict"] == "PARTLY BLOCKED"
+    assert said["number"].startswith("compiles in 1, blocked in 0, wrong output in 1 of 2 ")
+    assert decide.decision([wrong])["verdict"] == "WRONG OUTPUT"
+    assert timeline.recommendation([{**wrong, "model": "GLM-5"}], "10.0").startswith("no release")
+
+
+def test_a_verdicts_guard_raises_under_python_O_and_lib_holds_no_assert():
+    import ast
+    from pathlib import Path
+
+    code = "from fp4lab.core import evidence\nevidence.guard(False, 'upstream behaviour changed')"
+    ran = subprocess.run([os.sys.executable, "-O", "-c", code], capture_output=True, text=True)
+    assert ran.returncode == 1 and "GuardFailed: upstream behaviour changed" in ran.stderr
+    lib = Path(decide.__file__).parents[2]
+    asserted = [f"{path.relative_to(lib)}:{node.lineno}" for path in sorted(lib.rglob("*.py"))
+                for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Assert)]  # fmt: skip
+    assert asserted == []

@@ -73,9 +73,10 @@ def nvcc_verdict(run: Story, outcome: trace.TraceOutcome, with_home: trace.Trace
     """Both attempts stopped at the nvcc query as a subprocess (recorded as the run's summary),
     or AssertionError."""
     for attempt in (outcome, with_home):
-        assert attempt.signature == NVCC and attempt.shows_nvcc_query, (
+        evidence.guard(
+            attempt.signature == NVCC and attempt.shows_nvcc_query,
             f"upstream behaviour changed: expected the {NVCC} blocker in the nvcc query, "
-            f"observed {attempt.signature} at {attempt.blocker_frame}"
+            f"observed {attempt.signature} at {attempt.blocker_frame}",
         )
     return run.rec.summary(
         f"reproduced: {outcome.exception}: {outcome.message!r} at {outcome.blocker_frame}, "
@@ -123,9 +124,10 @@ def file_io_verdict(run: Story, rows: list[dict]) -> str:
         },
         target=last["target"],
     )
-    assert last["signature"] == FILE_IO, (
+    evidence.guard(
+        last["signature"] == FILE_IO,
         f"upstream behaviour changed: the walk ended at {last['signature']} "
-        f"({last.get('note', '')}) at {last['blocker_frame']}, not at the JIT's file I/O"
+        f"({last.get('note', '')}) at {last['blocker_frame']}, not at the JIT's file I/O",
     )
     named = ", ".join(f"{s['stage']} [{s['origin']}]" for s in applied)
     return run.rec.summary(
@@ -190,11 +192,13 @@ def compiler_disable_verdict(
 ) -> str:
     """Dynamo rejected the decoration under fullgraph=True, with and without FlashInfer
     (recorded as the run's summary), or AssertionError."""
-    assert outcome.signature == COMPILER_DISABLE, (
-        f"upstream behaviour changed: observed {outcome.signature}: {outcome.message}"
+    evidence.guard(
+        outcome.signature == COMPILER_DISABLE,
+        f"upstream behaviour changed: observed {outcome.signature}: {outcome.message}",
     )
-    assert plain.signature == COMPILER_DISABLE, (
-        f"torch behaviour changed: a plain torch.compiler.disable'd call gave {plain.signature}"
+    evidence.guard(
+        plain.signature == COMPILER_DISABLE,
+        f"torch behaviour changed: a plain torch.compiler.disable'd call gave {plain.signature}",
     )
     hint = outcome.hints[0] if outcome.hints else None
     return run.rec.summary(

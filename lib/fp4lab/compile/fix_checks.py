@@ -158,17 +158,17 @@ def fix_verdict(run: Story, rows: list[dict], opcheck_result: dict, upstream: di
     """One graph, no breaks on every backend (bit-equal with the eager backend) and every opcheck
     test passed (recorded as the run's summary), or AssertionError."""
     for row in rows:
-        assert (
-            row["signature"] == "ok" and row["graph_count"] == 1 and row["graph_break_count"] == 0
-        ), (
+        evidence.guard(
+            row["signature"] == "ok" and row["graph_count"] == 1 and row["graph_break_count"] == 0,
             f"the fix did not compile to one graph with {row['backend']}: "
-            f"{row['signature']}: {row['message']}"
+            f"{row['signature']}: {row['message']}",
         )
         if row["backend"] == "eager":
-            assert row["bit_equal_to_eager"], (
-                "compiled output differs from eager with the eager backend"
+            evidence.guard(
+                row["bit_equal_to_eager"],
+                "compiled output differs from eager with the eager backend",
             )
-    assert opcheck_result["all_passed"], f"opcheck failed: {opcheck_result['failed']}"
+    evidence.guard(opcheck_result["all_passed"], f"opcheck failed: {opcheck_result['failed']}")
     shipped = (
         f"upstream op: {upstream['signature']}, kernel inside: {upstream['kernel']}"
         + (SAME_KERNEL if upstream["compared_with_itself"] else "")

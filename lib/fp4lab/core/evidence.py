@@ -34,6 +34,17 @@ VERDICTS = {
 """The words a decision may use, each with what it claims; its evidence levels say how it was obtained."""
 
 
+class GuardFailed(AssertionError):
+    """A check a verdict rests on failed: upstream behaviour changed, or the measured result is not
+    the one the verdict claims. Raised explicitly, so ``python -O`` keeps it."""
+
+
+def guard(holds: bool, message: str) -> None:
+    """GuardFailed with ``message`` unless ``holds``: a verdict's guard, never an ``assert``."""
+    if not holds:
+        raise GuardFailed(message)
+
+
 def check_verdict(verdict: str) -> str:
     """``verdict`` when it is one of VERDICTS; ValueError naming the allowed values otherwise."""
     if verdict not in VERDICTS:

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from fp4lab.core import params, paths, process, records
+from fp4lab.core import evidence, params, paths, process, records
 from fp4lab.serving import bench, client
 from fp4lab.serving.config import ServerConfig
 from fp4lab.serving.server import Server, free_port, launch
@@ -244,6 +244,6 @@ def verdict(plan: Plan, result: Smoke | None, rec: records.Recorder) -> str:
         "GLM-5 or any optimization",
         needs="cpu",
     )
-    assert served, f"{row['completed']} of {plan.num_prompts} prompts completed"
-    assert not result.left_behind, f"processes outlived the server: {result.left_behind}"
+    evidence.guard(served, f"{row['completed']} of {plan.num_prompts} prompts completed")
+    evidence.guard(not result.left_behind, f"processes outlived the server: {result.left_behind}")
     return rec.written[-1]["values"]["headline"]

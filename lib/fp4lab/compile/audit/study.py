@@ -12,7 +12,7 @@ import pandas as pd
 from fp4lab.compile.audit.run import MUST_WRAP
 from fp4lab.compile.matrix.env import ensure_env, python
 from fp4lab.compile.matrix.versions import check_released
-from fp4lab.core import params, paths, records, venvs
+from fp4lab.core import evidence, params, paths, records, venvs
 
 NOTEBOOK = "12_fp4_api_audit"
 TIMEOUT_S = 900
@@ -233,7 +233,7 @@ def table(rows: list[dict]) -> pd.DataFrame:
 def audit_verdict(rows: list[dict]) -> str:
     """The headline, and per version and SM the entry points in each cell, from the summary of
     ``rows``; AssertionError when nothing was audited."""
-    assert any(r["status"] == "audited" for r in rows), "no entry point could be audited"
+    evidence.guard(any(r["status"] == "audited" for r in rows), "no entry point could be audited")
     summary = records.latest(NOTEBOOK)[-1]["values"]
     lines = [summary["headline"]]
     for version, about in summary["versions"].items():

@@ -78,7 +78,7 @@ def matrix_verdict(results: list[VersionResult]) -> str:
     """The versions of each verdict, where the story's decision holds and where the upstream op
     unblocks; AssertionError when no version could be measured."""
     summary = summarize_versions(results)
-    assert summary["versions_measured"], "no version could be measured"
+    evidence.guard(summary["versions_measured"], "no version could be measured")
     lines = [
         f"{verdict}: {', '.join(versions) or 'none of the versions measured'}"
         for verdict, versions in summary["verdict_ranges"].items()

@@ -17,7 +17,10 @@ from fp4lab.serving.replay import patch, versions
 STORY_SIGNATURES = ("subprocess", "file_io", "compiler_disable_under_fullgraph")
 """The story's three blockers (nvcc query, the JIT's file I/O, the compiler.disable patch)."""
 
-OUTCOMES = ("blocked", "compiles", "not applicable", "not measured")
+OUTCOMES = ("blocked", "compiles", "wrong output", "not applicable", "not measured")
+
+MEASURED = ("blocked", "compiles", "wrong output")
+"""The outcomes of a cell whose model was traced and run: the ones a verdict counts."""
 
 BLOCKERS = {
     "fp4_quantize_op": "FlashInfer's FP4 quantize JIT",
@@ -170,9 +173,7 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
         return {**row, "outcome": "not applicable", "blocked_at": first if met else None,
                 "note": f"{how} (traced anyway: {traced})"}  # fmt: skip
     if not met:
-        same = "equals" if fixed.get("equals_eager") else "does NOT equal"
-        return {**row, "outcome": "compiles",
-                "note": f"compiles as released ({fixed.get('pieces')} pieces) and {same} eager"}  # fmt: skip
+        return {**row, **unblocked(fixed)}
     note = f"blockers: {' -> '.join(met)}"
     if failed_when_run:
         note += (f"; with the patch ({', '.join(fixed['parts'])}) the model traced, then failed "
@@ -182,6 +183,25 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
                  f"({fixed.get('pieces')} pieces, expected {fixed.get('expected_pieces')}) and "
                  f"{'equals' if fixed.get('equals_eager') else 'does NOT equal'} eager")  # fmt: skip
     return {**row, "outcome": "blocked", "blocked_at": first, "note": note}
+
+
+def unblocked(fixed: dict) -> dict:
+    """The outcome and note of a model that met no blocker: "compiles" only where its piecewise
+    graphs ran and its logits equal eager's; "wrong output" where they ran and differ; not
+    measured where no piece ran (nothing compiled was compared)."""
+    pieces, diff = fixed.get("pieces"), fixed.get("max_abs_diff")
+    if not pieces:
+        return {"outcome": "not measured", "harness_frame": None,
+                "note": f"traced without a blocker, but no piecewise graph ran (pieces: {pieces}): "
+                        f"nothing compiled was compared with eager"}  # fmt: skip
+    if fixed.get("equals_eager") is not True:
+        by = f" (max |compiled - eager| {diff:.3g})" if diff is not None else " (no logits)"
+        return {"outcome": "wrong output",
+                "note": f"compiles as released ({pieces} pieces) but does NOT equal eager{by}"}  # fmt: skip
+    return {
+        "outcome": "compiles",
+        "note": f"compiles as released ({pieces} pieces) and equals eager",
+    }
 
 
 KERNEL_BOUNDARIES = ("torch/_ops.py:", "sgl_kernel/")
@@ -215,7 +235,7 @@ def harness(row: dict, error: str, frame: str | None) -> dict:
 def sm120_specific(rows: list[dict], version: str) -> bool | None:
     """Whether, in ``version``, only SM120 met FlashInfer's FP4 quantize JIT (None: unknown)."""
     mine = {r["sm"]: r for r in rows if r["sglang_version"] == version}
-    measured = {sm: r for sm, r in mine.items() if r["outcome"] in ("blocked", "compiles")}
+    measured = {sm: r for sm, r in mine.items() if r["outcome"] in MEASURED}
     if "12.0" not in measured or len(measured) < 2:
         return None
     fp4 = BLOCKERS["fp4_quantize_op"]
@@ -256,10 +276,11 @@ def decision(rows: list[dict]) -> dict:
     """The decision report's verdict, number and why over every (release, SM) where a GLM-5
     user can reach torch.compile piecewise graphs and the model was traced; cells fp4lab's
     harness failed to measure are counted apart."""
-    traced = [r for r in rows if r["outcome"] in ("blocked", "compiles")]
+    traced = [r for r in rows if r["outcome"] in MEASURED]
     blocked = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "blocked"]
+    wrong = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "wrong output"]
     compiles = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "compiles"]
-    unblocked = [r for r in traced if r["outcome"] == "blocked" and r["equals_eager"]]
+    patched = [r for r in traced if r["outcome"] == "blocked" and r["equals_eager"]]
     unmeasured = [
         f"{r['sglang_version']} SM{r['sm']}" for r in rows if r["outcome"] == "not measured"
     ]
@@ -270,12 +291,14 @@ def decision(rows: list[dict]) -> dict:
         return {"verdict": "NOT APPLICABLE" if unreachable and not unmeasured else "UNMEASURED",
                 "number": f"no release x SM traced here{apart}",
                 "why": "no release's GLM-5 could be built and traced on this machine"}  # fmt: skip
-    verdict = "UNBLOCKED" if not blocked else "BLOCKED" if not compiles else "PARTLY BLOCKED"
+    verdict = ("UNBLOCKED" if not blocked and not wrong else "PARTLY BLOCKED" if compiles
+               else "BLOCKED" if blocked else "WRONG OUTPUT")  # fmt: skip
     parts = sorted({p for r in traced for p in r["patch"]}, key=patch.PARTS.index)
     why = (f"SGLang's own {glm5.ARCHITECTURE} (tiny config, NVFP4, dummy weights) traced through "
            f"each release's piecewise runner; compiles as released in "
            f"{', '.join(compiles) or 'none'}; blocked in {', '.join(blocked) or 'none'}"
-           + (f"; fp4lab's patch ({', '.join(parts)}) makes {len(unblocked)} of the blocked "
+           + (f"; compiles but does NOT equal eager in {', '.join(wrong)}" if wrong else "")
+           + (f"; fp4lab's patch ({', '.join(parts)}) makes {len(patched)} of the blocked "
               f"compile and equal eager" if parts else ""))  # fmt: skip
     if unreachable:
         why += (
@@ -283,6 +306,7 @@ def decision(rows: list[dict]) -> dict:
         )
     if unmeasured:
         why += f"; not measured (harness): {', '.join(unmeasured)}"
-    number = (f"compiles in {len(compiles)}, blocked in {len(blocked)} of {len(traced)} reachable "
-              f"release x SM traced{apart}")  # fmt: skip
+    differs = f", wrong output in {len(wrong)}" if wrong else ""
+    number = (f"compiles in {len(compiles)}, blocked in {len(blocked)}{differs} of {len(traced)} "
+              f"reachable release x SM traced{apart}")  # fmt: skip
     return {"verdict": verdict, "number": number, "why": why}

@@ -60,7 +60,7 @@ def measure_and_record(rec: records.Recorder) -> list[dict]:
                 rec.add("decision", rows[-1], target={"sm": sm, "simulated": True})
     per_model = {m.name: [r for r in rows if r["model"] == m.name] for m in chosen}
     rec.summary(**{
-        "status": "measured" if any(r["outcome"] in ("blocked", "compiles") for r in rows)
+        "status": "measured" if any(r["outcome"] in decide.MEASURED for r in rows)
         else "not measured",
         "headline": verdict(rows),
         **decision(rows),
@@ -82,16 +82,21 @@ def counts(rows: list[dict]) -> dict[str, int]:
 def decision(rows: list[dict]) -> dict:
     """The report's verdict over the matrix: per model, the cells that compile as released, and
     those blocked; never more than the traced cells say."""
-    reachable = [r for r in rows if r["outcome"] in ("blocked", "compiles")]
+    reachable = [r for r in rows if r["outcome"] in decide.MEASURED]
     blocked = [r for r in reachable if r["outcome"] == "blocked"]
-    verdict = ("UNMEASURED" if not reachable else "BLOCKED" if len(blocked) == len(reachable)
-               else "UNBLOCKED" if not blocked else "PARTLY BLOCKED")  # fmt: skip
+    works = [r for r in reachable if r["outcome"] == "compiles"]
+    verdict = ("UNMEASURED" if not reachable else "UNBLOCKED" if len(works) == len(reachable)
+               else "PARTLY BLOCKED" if works else "BLOCKED")  # fmt: skip
     per = "; ".join(f"{name}: {c['compiles']} compile, {c['blocked']} blocked, "
+                    f"{c['wrong output']} wrong output, "
                     f"{c['not applicable']} not applicable, {c['not measured']} not measured"
                     for name, c in ((n, counts([r for r in rows if r["model"] == n]))
                                     for n in dict.fromkeys(r["model"] for r in rows)))  # fmt: skip
-    return {"verdict": verdict, "number": f"{len(blocked)} of {len(reachable)} reachable "
-            f"model x release x SM blocked", "why": per}  # fmt: skip
+    wrong = len(reachable) - len(works) - len(blocked)
+    number = f"{len(blocked)} of {len(reachable)} reachable model x release x SM blocked" + (
+        f", {wrong} wrong output" if wrong else ""
+    )
+    return {"verdict": verdict, "number": number, "why": per}
 
 
 def verdict(rows: list[dict]) -> str:

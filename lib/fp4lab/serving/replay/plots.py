@@ -11,8 +11,10 @@ from pathlib import Path
 from fp4lab.core import evidence, figures, glm5, records
 from fp4lab.serving.replay import decide, timeline, versions
 
-COLOURS = dict(zip(decide.OUTCOMES, ("#d62728", "#2ca02c", "#9edae5", "#eeeeee"), strict=True))
-"""blocked, compiles, not applicable, not measured."""
+COLOURS = dict(
+    zip(decide.OUTCOMES, ("#d62728", "#2ca02c", "#ff7f0e", "#9edae5", "#eeeeee"), strict=True)
+)
+"""blocked, compiles, wrong output, not applicable, not measured."""
 PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer split",
               "dsa_attention_split_op": "DSA attn split", "musa_probe_constant": "musa const"}  # fmt: skip
 

@@ -87,7 +87,7 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
     ]
     chain = story[0].get("chain") if story else None
     rec.summary(**{
-        "status": "measured" if any(r["outcome"] in ("blocked", "compiles") for r in rows)
+        "status": "measured" if any(r["outcome"] in decide.MEASURED for r in rows)
         else "not measured",
         "headline": verdict(rows),
         **decide.decision(rows),

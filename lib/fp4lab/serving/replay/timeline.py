@@ -7,7 +7,7 @@ Releases are in release order (``versions.order``).
 
 from __future__ import annotations
 
-from fp4lab.serving.replay import versions
+from fp4lab.serving.replay import decide, versions
 
 STORY_WORDS = {
     "subprocess": "FlashInfer's FP4 quantize JIT (the story's nvcc subprocess)",
@@ -24,6 +24,8 @@ def state(row: dict) -> str:
         return f"blocked at {STORY_WORDS.get(row['blocked_at'], row['blocked_at'])}"
     if row["outcome"] == "compiles":
         return f"compiles with {row['flag']}" if row["flag"] != "none needed" else "compiles"
+    if row["outcome"] == "wrong output":
+        return "compiles, does NOT equal eager"
     if row["outcome"] == "not measured":
         return f"not measured (harness: {row.get('harness_frame') or 'see note'})"
     return f"not applicable ({row['why_short']})"
@@ -51,7 +53,7 @@ def turning_points(rows: list[dict], sm: str) -> dict:
     """The first release in which GLM-5 compiles on ``sm``, and the first after it in which it
     is measured again and does not (None where there is none)."""
     measured = [r for r in sorted(rows, key=lambda r: versions.order(r["sglang_version"]))
-                if r["sm"] == sm and r["outcome"] in ("blocked", "compiles")]  # fmt: skip
+                if r["sm"] == sm and r["outcome"] in decide.MEASURED]  # fmt: skip
     first = next((r for r in measured if r["outcome"] == "compiles"), None)
     after = measured[measured.index(first) + 1 :] if first else []
     stops = next((r for r in after if r["outcome"] != "compiles"), None)
