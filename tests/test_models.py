@@ -18,6 +18,7 @@ import pytest
 from fp4lab.compile import frames
 from fp4lab.core import paths
 from fp4lab.serving.replay import decide, matrix, models, pool, versions
+from resolutions import ENABLED
 
 
 def _check(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
@@ -98,8 +99,7 @@ def test_a_stop_where_eager_also_fails_at_a_missing_kernel_is_not_blamed_on_the_
     stop = {"status": "unsupported", "signature": "other",
             "blocker_frame": "sglang/srt/layers/moe/topk.py:310:forward_cuda",
             "message": "Observed exception", "frames": []}  # fmt: skip
-    enable = {"options": ["--enable-piecewise-cuda-graph"], "help": "Optimize the model"}
-    replay = {"piecewise_options": [enable], "chain": [stop],
+    replay = {"resolution": ENABLED, "chain": [stop],
               "fix": {"steps": [stop], "parts": [], "compiles": False}}  # fmt: skip
     ran = decide.cell("0.5.9", "12.0", {**replay, "eager_release": {"status": "compiled"}})
     assert ran["outcome"] == "blocked" and ran["blocked_at"].startswith("sglang/srt/layers/moe")
@@ -128,10 +128,14 @@ def test_qwen3_moe_nvfp4_is_replayed_through_a_real_releases_runner(tmp_path):
                   "--sm", "12.0", "--trace-dir", str(trace))  # fmt: skip
     said = done.stdout
     assert done.returncode == 0, said + done.stderr
+    assert said.splitlines()[1].startswith(
+        "SGLang 0.5.9 gives qwen3-235b-a22b-nvfp4 on SM12.0 disabled by default"
+    ), "its first line: what the release gives the model by default"
     assert (
-        "(Qwen3MoeForCausalLM, NVFP4) in SGLang 0.5.9 on SM12.0 (simulated on a CPU): BLOCKED"
-        in said
+        "(Qwen3MoeForCausalLM, NVFP4) through tc_piecewise in SGLang 0.5.9 on SM12.0 "
+        "(simulated on a CPU): BLOCKED" in said
     )
+    assert "flag: --enable-piecewise-cuda-graph (the release resolves disabled" in said
     assert "built: sglang.srt.models.qwen3_moe.Qwen3MoeForCausalLM" in said
     assert "blocker at flashinfer/jit/cpp_ext.py:" in said and "[GB0007]" in said
     assert "fp4lab's patch (fp4_quantize_op) fixes it" in said and "equals eager" in said

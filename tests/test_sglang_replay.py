@@ -24,6 +24,7 @@ import nbformat
 import pytest
 import torch
 
+import resolutions
 from browser import environment_lines, exported
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
@@ -36,6 +37,7 @@ from fp4lab.serving.replay import (
     models,
     patch,
     pool,
+    resolution,
     scan,
     split_check,
     study,
@@ -43,7 +45,7 @@ from fp4lab.serving.replay import (
     versions,
 )
 from fp4lab.serving.replay import runner as replay_runner
-from fp4lab.serving.replay.flags import user_flags
+from resolutions import ENABLED, REACHED, REMOVED
 
 pytestmark = pytest.mark.environments
 STORY_SIGNATURES = ["subprocess", "file_io", "compiler_disable_under_fullgraph"]
@@ -252,6 +254,11 @@ def test_a_later_release_lets_glm5_through_as_released_and_equals_eager(later_re
         "compiles",
         "--cuda-graph-backend-prefill tc_piecewise",
     )
+    assert row["default_prefill"] == "disabled", "0.5.16 switches breakable off for MLA models"
+    assert row["default_rule"].startswith("sglang/srt/server_args.py:") and (
+        "Breakable CUDA graph is incompatible with MLA attention" in row["default_rule"]
+    )
+    assert row["graph_flags"]["breakable"] == "--cuda-graph-backend-prefill breakable"
     assert replay["fix"]["steps"][0]["entry"].endswith("ModelRunner.init_cuda_graphs")
 
 
@@ -362,6 +369,12 @@ def test_each_sm_takes_the_releases_own_path(notebook_records):
     story = decisions[versions.STORY_SM]
     assert (story["outcome"], story["blocked_at"]) == ("blocked", "subprocess")
     assert story["flag"] == "--enable-piecewise-cuda-graph"
+    assert (story["default_prefill"], story["default_rule"]) == (
+        "disabled",
+        "the parsed value stood",
+    )
+    assert story["kernel_backends"]["kv_cache_dtype"] == "fp8_e4m3", "the release's choice on SM12"
+    assert story["kernel_backends"]["nsa_prefill_backend"] == "flashmla_auto"
     assert story["moe_op"] == "sglang::moe_forward_piecewise_cuda_graph_impl"
     assert decisions["10.0"]["quantize"] == "sgl_kernel_op"
     assert decisions["10.0"]["patch"] == ["dsa_indexer_split_op", "dsa_attention_split_op"]
@@ -440,46 +453,48 @@ def _token_counts_04() -> list[int]:
     return [*default, *json.loads(gpu[1])]
 
 
-def _option(
-    flag: str, help: str = "", choices: list[str] | None = None, default: str | None = None
-) -> dict:
-    return {"options": [flag], "help": help, "choices": choices, "default": default}
-
-
-def test_the_glm5_flags_follow_each_releases_parser_and_auto_disable_rule():
-    """Shaped like the releases' own parsers (0.5.9, 0.5.12, 0.5.21, 0.5.23); the notebook's
-    test above reads the real ones."""
-    enable = _option(
-        "--enable-piecewise-cuda-graph", "Optimize the model with piecewise cuda graph"
+def test_the_flags_a_user_needs_come_from_the_releases_resolution():
+    """Shaped like 0.5.9's, 0.5.16's and 0.5.23's resolutions (``resolution.reach``); the real
+    ones are read in the tests of those releases above."""
+    enabled = decide.cell("0.5.9", "12.0", {"resolution": ENABLED, "not_driven": "x"})
+    assert (enabled["flag"], enabled["default_prefill"]) == (
+        "--enable-piecewise-cuda-graph",
+        "disabled",
     )
-    assert user_flags([enable], False) == (
-        ["--enable-piecewise-cuda-graph"],
-        "off unless enabled",
+    assert enabled["flag_why"].startswith(
+        "the release resolves disabled by default (the parsed value stood)"
     )
-    deprecated = _option(
-        "--enable-piecewise-cuda-graph", "Deprecated: Piecewise cuda graph is enabled by default."
-    )
-    enforce = _option(
-        "--enforce-piecewise-cuda-graph",
-        "Enforce piecewise cuda graph, skipping all auto-disable conditions.",
-    )
-    flags, how = user_flags([deprecated, enforce], True)
-    assert flags == ["--enforce-piecewise-cuda-graph"] and "auto-disable list" in how
-    assert user_flags([deprecated, enforce], False)[0] == [], "on by default"
-    assert user_flags([deprecated], True)[0] is None, "disabled and nothing overrides it"
-    prefill = _option(
-        "--cuda-graph-backend-prefill", choices=["full", "breakable", "tc_piecewise", "disabled"]
-    )
-    assert user_flags([prefill], False)[0] == [
-        "--cuda-graph-backend-prefill",
-        "tc_piecewise",
-    ]
-    gone = _option("--cuda-graph-backend-prefill", choices=["full", "breakable", "disabled"])
-    flags, how = user_flags([gone], False)
-    assert flags is None and how.startswith("the release removed torch.compile piecewise graphs")
-    row = decide.cell("0.5.23", "12.0", {"piecewise_options": [gone], "fix": {"compiles": True}})
+    reached = decide.cell("0.5.16", "12.0", {"resolution": REACHED, "not_driven": "x"})
+    assert reached["flag"] == "--cuda-graph-backend-prefill tc_piecewise"
+    assert reached["graph_flags"]["breakable"] == "--cuda-graph-backend-prefill breakable"
+    by_default = resolutions.resolved([], default="tc_piecewise")
+    assert decide.cell("0.5.14", "12.0", {"resolution": by_default})["flag"] == "none needed"
+    row = decide.cell("0.5.23", "12.0", {"resolution": REMOVED, "fix": {"compiles": True}})
     assert (row["outcome"], row["flag"]) == ("not applicable", "none reaches it")
-    assert "traced anyway: compiles as released" in row["note"]
+    assert (
+        "tc_piecewise was removed" in row["note"]
+        and "traced anyway: compiles as released" in row["note"]
+    )
+    unknown = decide.cell("0.5.23", "12.0", {"error": "the child timed out"})
+    assert (unknown["flag"], unknown["outcome"]) == ("unknown", "not measured")
+
+
+def test_the_command_lines_that_may_ask_for_a_graph_come_from_the_parsers_options():
+    prefill = {"options": ["--cuda-graph-backend-prefill"], "help": "Backend for the prefill phase.",
+               "choices": ["breakable", "tc_piecewise", "disabled"]}  # fmt: skip
+    enable = {"options": ["--enable-piecewise-cuda-graph"], "help": "Deprecated: on by default."}
+    enforce = {
+        "options": ["--enforce-piecewise-cuda-graph"],
+        "help": "Skip auto-disable conditions.",
+    }
+    assert resolution.candidates([prefill], "breakable") == [
+        [],
+        ["--cuda-graph-backend-prefill", "breakable"],
+    ]
+    assert resolution.candidates([enable, enforce], "tc_piecewise") == [
+        [], ["--enable-piecewise-cuda-graph"], ["--enforce-piecewise-cuda-graph"],
+        ["--enable-piecewise-cuda-graph", "--enforce-piecewise-cuda-graph"]]  # fmt: skip
+    assert resolution.candidates([enable], "breakable") == [[]], "no option asks for it"
 
 
 GQA = "Disable piecewise CUDA graph because some layers do not apply Standard GQA"
@@ -493,10 +508,7 @@ def test_a_runner_the_release_declines_is_not_applicable_with_the_reason_it_logg
         "message": GQA,
         "entry": replay_runner.INIT,
     }
-    enable = _option(
-        "--enable-piecewise-cuda-graph", "Optimize the model with piecewise cuda graph"
-    )
-    replay = {"piecewise_options": [enable], "chain": [step],
+    replay = {"resolution": ENABLED, "chain": [step],
               "fix": {"steps": [step], "parts": [], "compiles": False}}  # fmt: skip
     row = decide.cell("0.5.3.post2", "10.0", replay)
     assert (row["outcome"], row["flag"]) == ("not applicable", "--enable-piecewise-cuda-graph")
@@ -527,9 +539,7 @@ def test_why_a_release_declines_is_read_from_its_model_runner_log():
 
 def test_a_release_no_option_reaches_is_not_applicable_without_being_driven():
     """Shaped like 0.5.23's replay: the model is built, its parser offers no tc_piecewise."""
-    prefill = _option("--cuda-graph-backend-prefill", "Backend for the prefill phase.")
-    prefill["choices"] = ["full", "breakable", "disabled"]
-    replay = {"piecewise_options": [prefill], "not_driven": "removed",
+    replay = {"resolution": REMOVED, "not_driven": "removed",
               "facts": {"model_class": "sglang.srt.models.glm4_moe.GlmMoeDsaForCausalLM"}}  # fmt: skip
     row = decide.cell("0.5.23", "12.0", replay)
     assert (row["outcome"], row["flag"], row["blockers"]) == (

@@ -21,9 +21,7 @@ from fp4lab.serving.replay import (
     timeline,
     versions,
 )
-
-PREFILL = {"options": ["--cuda-graph-backend-prefill"], "help": "Backend for the prefill phase.",
-           "choices": ["full", "breakable", "tc_piecewise", "disabled"], "default": None}  # fmt: skip
+from resolutions import REACHED, REMOVED
 
 
 def test_a_registry_that_failed_to_import_is_not_measured_not_not_applicable():
@@ -33,15 +31,13 @@ def test_a_registry_that_failed_to_import_is_not_measured_not_not_applicable():
     replay = {"build_error": "LookupError: the release's model registry has none of ...",
               "build_frames": ["fp4lab/serving/replay/child.py:230:replay",
                                "fp4lab/serving/replay/model.py:108:_architecture"],
-              "piecewise_options": [],
-              "piecewise_options_error": "ModuleNotFoundError: No module named 'xgrammar'"}  # fmt: skip
+              }  # fmt: skip
     row = decide.cell("0.5.16", "12.0", replay)
     assert row["outcome"] == "not measured"
     assert row["harness_frame"] == "fp4lab/serving/replay/model.py:108:_architecture"
     assert row["note"].startswith("fp4lab's harness failed at fp4lab/serving/replay/model.py:108")
-    parsed = {k: v for k, v in replay.items() if k != "piecewise_options_error"}
-    read = decide.cell("0.5.16", "12.0", {**parsed, "piecewise_options": [PREFILL]})
-    assert read["outcome"] == "not measured", "the parser offers tc_piecewise: no excuse"
+    read = decide.cell("0.5.16", "12.0", {**replay, "resolution": REACHED})
+    assert read["outcome"] == "not measured", "the release resolves tc_piecewise: no excuse"
 
 
 # The frames of real build failures (the last 8, as ``failed.failure`` keeps them).
@@ -78,12 +74,12 @@ def test_a_refusal_of_the_harnesss_choices_is_not_measured_and_the_releases_own_
         assert not refused and said in choice
         row = decide.cell("0.5.5", "10.0", {
             "build_error": "ValueError: ...", "build_frames": frames, "refused_by_release": refused,
-            "harness_choice_refused": choice, "piecewise_options": [PREFILL]})  # fmt: skip
+            "harness_choice_refused": choice, "resolution": REACHED})  # fmt: skip
         assert row["outcome"] == "not measured" and said in row["note"]
         assert row["harness_frame"] == "fp4lab/serving/replay/model.py:257:build"
     release = decide.cell("0.5.3.post2", "12.0", {
         "build_error": "ValueError: Current platform does not support NVFP4 quantization.",
-        "build_frames": REFUSED_NVFP4, "refused_by_release": True, "piecewise_options": []})  # fmt: skip
+        "build_frames": REFUSED_NVFP4, "refused_by_release": True, "resolution": REMOVED})  # fmt: skip
     assert release["outcome"] == "not applicable"
     assert release["note"].startswith("the release refuses GlmMoeDsaForCausalLM on SM12.0")
 
@@ -102,7 +98,7 @@ def test_a_model_sglang_built_in_place_of_the_releases_own_class_is_not_measured
         "build_frames": ["fp4lab/serving/replay/child.py:223:replay",
                          "fp4lab/serving/replay/model.py:276:build",
                          "fp4lab/serving/replay/model.py:98:own_class"],
-        "refused_by_release": False, "piecewise_options": [PREFILL]})  # fmt: skip
+        "refused_by_release": False, "resolution": REACHED})  # fmt: skip
     assert row["outcome"] == "not measured"
     assert row["harness_frame"] == "fp4lab/serving/replay/model.py:98:own_class"
 
@@ -111,8 +107,8 @@ def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():
     broken = {"build_error": "AttributeError: 'ModuleNotFoundError' object has no attribute "
               "'get_num_sms'", "build_frames": ["sglang/srt/layers/attention/dsa/dsa_indexer.py:"
                                                 "339:__init__"],
-              "piecewise_options": [PREFILL]}  # fmt: skip
-    drive = {"piecewise_options": [PREFILL], "harness_error": {
+              "resolution": REACHED}  # fmt: skip
+    drive = {"resolution": REACHED, "harness_error": {
         "error": "AttributeError: 'PiecewiseCudaGraphRunner' object has no attribute 'input_ids'",
         "frames": ["fp4lab/serving/replay/runner.py:307:output"],
         "harness_frame": "fp4lab/serving/replay/runner.py:307:output"}}  # fmt: skip
@@ -123,7 +119,7 @@ def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():
     assert rows[0]["harness_frame"].endswith(":__init__") and "get_num_sms" in rows[0]["note"]
     assert rows[1]["harness_frame"] == "fp4lab/serving/replay/runner.py:307:output"
     compiles = decide.cell("0.5.16", "12.0", {
-        "piecewise_options": [PREFILL], "chain": [], "fix": {
+        "resolution": REACHED, "chain": [], "fix": {
             "steps": [{"status": "compiled", "signature": "ok"}], "parts": [], "compiles": True,
             "equals_eager": True, "pieces": 3}})  # fmt: skip
     said = decide.decision([*rows, compiles])
@@ -136,15 +132,19 @@ def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():
 def test_not_applicable_needs_the_releases_own_evidence():
     absent = decide.cell("0.5.3.post2", "12.0", {
         "build_error": "ModelAbsent: ...", "model_absent": "the release's model files define "
-        "none of GlmMoeDsaForCausalLM, DeepseekV32ForCausalLM", "piecewise_options": []})  # fmt: skip
+        "none of GlmMoeDsaForCausalLM, DeepseekV32ForCausalLM", "resolution": REMOVED})  # fmt: skip
     assert absent["outcome"] == "not applicable" and "model files define none" in absent["note"]
     refused = decide.cell("0.5.9", "9.0", {"build_error": "ValueError: ...", "min_capability": 100,
-                                           "piecewise_options": [PREFILL]})  # fmt: skip
+                                           "resolution": REACHED})  # fmt: skip
     assert refused["outcome"] == "not applicable" and "SM10.0+" in refused["note"]
     no_option = decide.cell("0.5.2", "12.0", {"build_error": "LookupError: ...",
-                                              "piecewise_options": []})  # fmt: skip
-    assert no_option["outcome"] == "not applicable", "the parser was read and has no option"
-    assert no_option["note"].startswith("the release's parser has no piecewise CUDA graph option")
+                                              "resolution": REMOVED})  # fmt: skip
+    assert no_option["outcome"] == "not applicable", "the release resolved; no option reaches it"
+    assert no_option["note"].startswith("the release resolves breakable by default (sglang/srt/")
+    assert (
+        "no option reaches tc_piecewise: refused: the parser: argument --cuda-graph-backend-"
+        "prefill: tc_piecewise was removed" in no_option["note"]
+    )
 
 
 def _row(version: str, sm: str, outcome: str, **extra: object) -> dict:
@@ -228,13 +228,13 @@ def test_a_model_that_traced_then_failed_when_run_blames_no_compiler():
     ran = {"status": "runtime_error", "signature": "runtime_error",
            "blocker_frame": "torch/_ops.py:1392:__getattr__",
            "message": "'_OpNamespace' 'sgl_kernel' object has no attribute 'fast_hadamard_transform'"}  # fmt: skip
-    alone = decide.cell("0.5.8", "12.0", {"piecewise_options": [PREFILL],
+    alone = decide.cell("0.5.8", "12.0", {"resolution": REACHED,
                                           "fix": {"steps": [ran], "parts": [], "compiles": False}})  # fmt: skip
     assert alone["outcome"] == "not measured" and "failed when run" in alone["note"]
     traced = {"status": "unsupported", "signature": "subprocess",
               "blocker_frame": "flashinfer/jit/cpp_ext.py:49:get_cuda_path", "message": "..."}  # fmt: skip
     after = decide.cell("0.5.8", "12.0", {
-        "piecewise_options": [PREFILL], "chain": [traced],
+        "resolution": REACHED, "chain": [traced],
         "fix": {"steps": [traced, ran], "parts": ["fp4_quantize_op"], "compiles": False}})  # fmt: skip
     assert (after["outcome"], after["blocked_at"]) == ("blocked", "subprocess")
     assert after["compiles_with_patch"] is None and "(not measured)" in after["note"]
@@ -296,7 +296,7 @@ def test_the_ninja_of_jit_builds_builds_nothing_and_names_each_module_it_refused
 def _compiled(**fix: object) -> dict:
     """A replay whose patch walk met no blocker, with ``fix``'s comparison and pieces."""
     steps = [{"status": "compiled", "signature": "ok"}]
-    return {"piecewise_options": [PREFILL], "chain": [],
+    return {"resolution": REACHED, "chain": [],
             "fix": {"steps": steps, "parts": [], "compiles": True, **fix}}  # fmt: skip
 
 

@@ -29,16 +29,23 @@ def blocker_lines(replay: dict) -> list[str]:
 def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[dict, list[str]]:
     """The decision row of this model x release x SM and the lines that say it."""
     row = decide.cell(version, sm, replay)
+    default = row["default_prefill"] or "an unknown prefill graph (its resolution not recorded)"
     lines = [
-        f"{model.name} ({model.architecture}, {model.quantization.upper()}) in SGLang {version} "
-        f"on SM{sm} (simulated on a CPU): {row['outcome'].upper()}",
+        f"SGLang {version} gives {model.name} on SM{sm} {default} by default "
+        f"({row['default_rule'] or 'no rule recorded'})",
+        f"{model.name} ({model.architecture}, {model.quantization.upper()}) through tc_piecewise "
+        f"in SGLang {version} on SM{sm} (simulated on a CPU): {row['outcome'].upper()}",
         f"  note: {row['note']}",
     ]
     if row["outcome"] == "not measured":  # fp4lab's harness failed: nothing more is known
         return row, lines
-    lines[1:1] = [
+    lines[2:2] = [
         f"  how: {', '.join(row['evidence']) or 'nothing traced'}; built: {row['model_class']}",
         f"  flag: {row['flag']} ({row['flag_why']})",
+        "  flags per prefill graph: "
+        + "; ".join(f"{g}: {f}" for g, f in row["graph_flags"].items()),
+        "  kernel backends: "
+        + ", ".join(f"{k}={v}" for k, v in row["kernel_backends"].items() if v != "auto"),
         *blocker_lines(replay),
     ]
     if row["patch"]:

@@ -50,10 +50,10 @@ from fp4lab.serving.replay import (
     models,
     patch,
     plugin,
+    resolution,
     runner,
 )
 from fp4lab.serving.replay.failed import build_failed, failure
-from fp4lab.serving.replay.flags import user_flags
 
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
@@ -234,18 +234,20 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     os.environ["FP4LAB_REFUSED_BUILDS"] = str(refused)
     sm = release.sm
     found: dict[str, Any] = {}
-    architecture = models.read(checkpoint).architecture
+    given = models.read(checkpoint)
+    found["architecture"] = given.architecture
+    found["resolution"] = resolution.reach(
+        checkpoint, sm, release.rework, model.command_line(given, [])
+    )
+    flags = found["resolution"]["graphs"]["tc_piecewise"]["flags"]
     try:
-        built = model.build(release, checkpoint)
+        built = model.build(release, checkpoint, model.command_line(given, flags or []))
     except Exception as exc:  # recorded: the exact obstacle on this machine
-        return build_failed(exc, architecture)
+        return found | build_failed(exc, given.architecture)
     found |= {"facts": built.facts, "standins": built.standins,
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
-    flags, how = user_flags(
-        facts.piecewise_options(), facts.auto_disabled(architecture)["disabled"], architecture
-    )
     if flags is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
-        return found | {"not_driven": how} | facts.release_rules(architecture)
+        return found | {"not_driven": "no option reaches tc_piecewise"} | facts.release_rules()
     found["standins"] = [*built.standins, *runner.standins(built)]
     try:
         with torch.no_grad():
@@ -259,7 +261,7 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
         found["harness_error"] = failure(exc)
     found["jit_builds_refused"] = kernels.refused_builds(refused)  # their fallbacks were traced
-    return found | facts.release_rules(architecture)
+    return found | facts.release_rules()
 
 
 def _version() -> str:

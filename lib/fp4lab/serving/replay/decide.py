@@ -99,7 +99,9 @@ def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -
 
 
 def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict:
-    flags, how, disabled = flags_module.flag_row(replay)
+    said = flags_module.read(replay)
+    flags, how = said.pop("flags"), said["flag_why"]
+    architecture = replay.get("architecture") or glm5.ARCHITECTURE
     facts = replay.get("facts", {})
     quantize = facts.get("quantize", {})
     fixed = replay.get("fix", {})
@@ -109,8 +111,7 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
     row = {"sglang_version": version, "sm": sm, "model_class": facts.get("model_class"),
            "quantize": quantize.get("implementation", "none"), "quantize_object": quantize.get("object"),
            "fake_registered": quantize.get("fake_registered"),
-           "flag": " ".join(flags) if flags else ("none needed" if flags == [] else "none reaches it"),
-           "flag_why": how, "auto_disabled": disabled, "blocked_at": None, "blockers": [],
+           **said, "blocked_at": None, "blockers": [],
            "patch": fixed.get("parts", []), "compiles_with_patch": None, "equals_eager": None,
            "graphs": fixed.get("graphs"), "pieces": fixed.get("pieces"),
            "expected_pieces": fixed.get("expected_pieces"), "moe": moe, "moe_op": moe_op,
@@ -130,12 +131,12 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
                     f"(ModelOptFp4Config.get_min_capability; {obstacle})")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
         if replay.get("refused_by_release"):
-            note = (f"the release refuses {disabled.get('architecture') or glm5.ARCHITECTURE} "
+            note = (f"the release refuses {architecture} "
                     f"on SM{sm} while building it ({obstacle})")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
-        if flags is None and "piecewise_options_error" not in replay:
+        if flags is None and "resolution" in replay:
             return {**row, "outcome": "not applicable",
-                    "note": f"{how} (read from its own parser; model not built here: {obstacle})"}  # fmt: skip
+                    "note": f"{how} (model not built here: {obstacle})"}  # fmt: skip
         frames = replay.get("build_frames") or []
         ours = [f for f in frames if f.startswith("fp4lab/")]
         if replay.get("harness_choice_refused"):
@@ -149,7 +150,6 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
     met = [BLOCKERS[p] for p in fixed.get("parts", [])]
     last = steps[-1] if steps else {}
     if last.get("status") == "declined":
-        architecture = disabled.get("architecture") or glm5.ARCHITECTURE
         return {**row, "outcome": "not applicable", "note": declined_note(last, architecture)}
     failed_when_run = fixed.get("compiles") is False and last.get("status") == "runtime_error"
     stopped = f"{last.get('blocker_frame')}: {last.get('message')}"

@@ -44,7 +44,7 @@ def build_failed(exc: Exception, architecture: str) -> dict:
             "facts": {"quantize": {k: v for k, v in chosen.items() if k != "callable"}},
             "refused_by_release": refused, "harness_choice_refused": choice,
             "model_absent": str(exc) if isinstance(exc, model.ModelAbsent) else None,
-            } | facts.release_rules(architecture)  # fmt: skip
+            } | facts.release_rules()  # fmt: skip
 
 
 def failure(exc: BaseException) -> dict:

@@ -1,58 +1,52 @@
-"""The options a model's user passes to one SGLang release to get torch.compile piecewise graphs,
-read from the release's own parser (help texts, choices, defaults) and its auto-disable rule."""
+"""What a model's user gets from one SGLang release and the flags they pass, read from the
+release's own resolution as the replay recorded it (``resolution.reach``): the prefill graph
+resolved with no flag and the rule that decided it, and per prefill graph the first command line
+that resolves to it; never from the parser's defaults."""
 
 from __future__ import annotations
 
-from fp4lab.core import glm5
+NEEDED, UNREACHED, UNKNOWN = "none needed", "none reaches it", "unknown"
+"""A flag cell where no flag is needed, where no command line reaches the graph, and where the
+resolution was not recorded (the release did not import here)."""
 
 
-def user_flags(
-    options: list[dict], auto_disabled: bool, architecture: str = glm5.ARCHITECTURE
-) -> tuple[list[str] | None, str]:
-    """The options the user of ``architecture`` passes to this release's server to get
-    torch.compile piecewise graphs, read from its own parser (help texts, choices, defaults) and
-    its auto-disable rule; None with the reason where no option reaches them."""
-    spelled = {name: o for o in options for name in o["options"]}
-
-    def live(flag: str) -> bool:
-        return flag in spelled and not spelled[flag]["help"].lower().startswith("deprecated")
-
-    prefill = spelled.get("--cuda-graph-backend-prefill")
-    if prefill:
-        choices = prefill.get("choices") or []
-        if "tc_piecewise" not in choices:
-            return None, (f"the release removed torch.compile piecewise graphs: "
-                          f"--cuda-graph-backend-prefill takes {'|'.join(choices)}")  # fmt: skip
-        flags = [] if prefill.get("default") == "tc_piecewise" else [
-            "--cuda-graph-backend-prefill", "tc_piecewise"
-        ]  # fmt: skip
-        how = (
-            f"the parser's default prefill backend is {prefill['default']}"
-            if prefill.get("default")
-            else "the parser leaves the prefill backend unset: tc_piecewise is asked for"
-        )
-    elif live("--enable-piecewise-cuda-graph"):
-        flags, how = ["--enable-piecewise-cuda-graph"], "off unless enabled"
-    elif "--enable-piecewise-cuda-graph" in spelled or "--disable-piecewise-cuda-graph" in spelled:
-        flags, how = [], "on by default (the enable option is deprecated)"
-    else:
-        return None, "the release's parser has no piecewise CUDA graph option"
-    if auto_disabled:
-        if not live("--enforce-piecewise-cuda-graph"):
-            return (
-                None,
-                f"{architecture} is on the release's auto-disable list, and no option overrides it",
-            )
-        flags.append("--enforce-piecewise-cuda-graph")
-        how += f"; {architecture} is on the release's auto-disable list"
-    return flags, how
+def rule_text(resolved: dict) -> str:
+    """Where the release decided a resolution: its refusal, else the first frame of its rule with
+    its last log line, else that the value parsed stood."""
+    if resolved.get("refused"):
+        return f"refused: {resolved['refused']}"
+    frames, logged = resolved.get("rule") or [], resolved.get("logged") or []
+    where = frames[0] if frames else "the parsed value stood"
+    said = [line for line in logged if "graph" in line.lower()]
+    return where + (f' ("{said[-1].split(": ", 1)[-1]}")' if said else "")
 
 
-def flag_row(replay: dict) -> tuple[list[str] | None, str, dict]:
-    """The flags, how they were read, and the auto-disable rule a replay recorded."""
-    disabled = replay.get("auto_disabled") or {}
-    architecture = disabled.get("architecture") or glm5.ARCHITECTURE
-    flags, how = user_flags(
-        replay.get("piecewise_options", []), bool(disabled.get("disabled")), architecture
+def flag_text(flags: list[str] | None) -> str:
+    """A command line beyond the model's own (``NEEDED`` when empty, ``UNREACHED`` for None)."""
+    return UNREACHED if flags is None else " ".join(flags) if flags else NEEDED
+
+
+def read(replay: dict, graph: str = "tc_piecewise") -> dict:
+    """The row fields a replay's resolution gives for ``graph``: ``flags`` (None: no option
+    reaches it), ``flag``, ``flag_why``, the default prefill graph and its rule, the flags of
+    every graph, the kernel backends and token buckets of the default resolution."""
+    found = replay.get("resolution")
+    if not found:
+        return {"flags": None, "flag": UNKNOWN, "flag_why": "the release's resolution was not "
+                "recorded", "default_prefill": None, "default_rule": None, "graph_flags": {},
+                "kernel_backends": {}, "buckets": None}  # fmt: skip
+    default, wanted = found["default"], found["graphs"][graph]
+    flags = wanted["flags"]
+    by_default = (
+        f"the release resolves {default['prefill_graph']} by default ({rule_text(default)})"
     )
-    return flags, how, disabled
+    if flags is None:
+        why = f"{by_default}; no option reaches {graph}: {rule_text(wanted['resolved'])}"
+    elif flags:
+        why = f"{by_default}; {' '.join(flags)} resolves {graph} ({rule_text(wanted['resolved'])})"
+    else:
+        why = by_default
+    return {"flags": flags, "flag": flag_text(flags), "flag_why": why,
+            "default_prefill": default["prefill_graph"], "default_rule": rule_text(default),
+            "graph_flags": {g: flag_text(r["flags"]) for g, r in found["graphs"].items()},
+            "kernel_backends": default.get("backends", {}), "buckets": default.get("buckets")}  # fmt: skip

@@ -16,8 +16,6 @@ from __future__ import annotations
 
 import collections
 import contextlib
-import importlib
-import sys
 import time
 import types
 from collections.abc import Iterator
@@ -27,17 +25,16 @@ from typing import Any
 
 import torch
 
-from fp4lab.compile import target
 from fp4lab.core import glm5
 from fp4lab.serving.replay import (
     attention,
-    facts,
     inside,
     kernels,
     layout,
     models,
     quantize,
     ranks,
+    resolution,
     reworked,
     setup_standins,
 )  # fmt: skip
@@ -53,10 +50,15 @@ at most ``index_topk``, so the stand-in dense attention equals DSA's sparse atte
 
 SERVER_ARGS = {"load_format": "dummy", "device": "cuda", "skip_tokenizer_init": True,
                "piecewise_cuda_graph_max_tokens": TOKENS, reworked.TOKENS_FIELD: TOKENS}  # fmt: skip
-"""What every replay passes besides the model's own quantization (``models.QUANTIZATIONS``): the
-dummy loader and the token cap as the release spells it; the piecewise options are those the
-model's user passes to this release (``facts.server_flags``). Those the release's
-``ServerArgs`` lacks are left out and listed."""
+"""What every replay sets over the user's command line (``command_line``): the dummy loader and
+the token cap as the release spells it. Those the release's ``ServerArgs`` lacks are left out
+and listed."""
+
+
+def command_line(model: models.Model, flags: list[str]) -> list[str]:
+    """A user's command line for ``model`` after its path: its quantization as SGLang names it
+    (``models.QUANTIZATIONS``), then ``flags``."""
+    return ["--quantization", models.QUANTIZATIONS[model.quantization], *flags]
 
 
 @dataclass
@@ -108,40 +110,12 @@ def _architecture(found: layout.Layout, asked: tuple[str, ...]) -> str:
     return found.model_classes[0]
 
 
-MEMORY_ASKED_IN = ("sglang.srt.arg_groups.memory_hook", "sglang.srt.arg_groups.pipeline")
-"""Modules of reworked releases whose resolution asks the GPU's memory (imported first, so that
-their binding is replaced too)."""
-
-
-def _server_args(
-    checkpoint: Path, sm: tuple[int, int], rework: bool, quantization: str, architecture: str
-) -> tuple[Any, list[dict], dict]:
-    """The release's ``ServerArgs`` for the simulated GPU, resolved by the release itself: its
-    ``__post_init__``, or in a reworked release its resolution pipeline as ``publish`` runs it."""
-    from sglang.srt import server_args as module
-
-    fields = reworked.fields(module.ServerArgs)
-    passed = {**SERVER_ARGS, "quantization": quantization}
-    wanted = {**passed, **facts.server_flags(architecture)}
-    given = {k: v for k, v in wanted.items() if k in fields}
-    memory = setup_standins.gpu_memory_mib(sm)
-    listed = [kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
-                              f"nvidia-smi is absent; the simulated GPU reports {memory} MiB")]  # fmt: skip
-    for hook in MEMORY_ASKED_IN:
-        with contextlib.suppress(ImportError):  # a release without it
-            importlib.import_module(hook)
-    asked = getattr(module, "get_device_memory_capacity", None) or kernels.attribute(
-        "sglang.srt.utils.common", "get_device_memory_capacity"
-    )
-    owners = [m for name, m in list(sys.modules.items()) if asked is not None
-              and name.startswith("sglang.") and getattr(m, "get_device_memory_capacity", None) is asked]  # fmt: skip
-    with contextlib.ExitStack() as stack:
-        for owner in owners:  # every module that binds it, and its own
-            stack.enter_context(target.attribute_replaced(
-                owner, "get_device_memory_capacity", lambda *a: memory))  # fmt: skip
-        args = module.ServerArgs(model_path=str(checkpoint), **given)
-        if rework:
-            reworked.publish(args)
+def _server_args(checkpoint: Path, sm: tuple[int, int], rework: bool,
+                 flags: list[str]) -> tuple[Any, dict]:  # fmt: skip
+    """The release's ``ServerArgs`` for the simulated GPU of the user's command line ``flags``,
+    resolved by the release itself (``resolution.server_args``), with fp4lab's own choices
+    (``SERVER_ARGS``) over the parsed values; and the backends it chose."""
+    args, resolved = resolution.server_args(checkpoint, sm, rework, flags, SERVER_ARGS)
     if rework:
         chosen = reworked.chosen(args)
     else:
@@ -150,9 +124,11 @@ def _server_args(
             "moe_runner_backend", "fp4_gemm_runner_backend", "kv_cache_dtype", "page_size",
             "disable_shared_experts_fusion", "piecewise_cuda_graph_tokens",
             "piecewise_cuda_graph_compiler", "enable_piecewise_cuda_graph")}  # fmt: skip
-    chosen["options_not_in_release"] = sorted(set(wanted) - fields)
-    chosen["user_flags"] = {k: v for k, v in given.items() if k not in passed}
-    return args, listed, chosen
+    fields = reworked.fields(type(args))
+    chosen["options_not_in_release"] = sorted(set(SERVER_ARGS) - fields)
+    chosen["user_flags"] = flags
+    chosen["prefill_graph"] = resolved["prefill_graph"]
+    return args, chosen
 
 
 def _facts(model: Any) -> dict:
@@ -211,6 +187,7 @@ class Release:
     built from them (``build``), with the stand-ins and patches in place while they were."""
 
     sm: tuple[int, int]
+    rework: bool
     stack: contextlib.ExitStack
     standins: list[dict]
     patched: list[str]
@@ -235,18 +212,18 @@ def imported(sm: tuple[int, int]) -> Iterator[Release]:
         standins += reworked.deep_gemm_standin(132) if rework else []
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()
-        yield Release(sm, stack, standins, patched, chosen, time.perf_counter() - started)
+        yield Release(sm, rework, stack, standins, patched, chosen, time.perf_counter() - started)
 
 
-def build(release: Release, checkpoint: Path) -> Built:
+def build(release: Release, checkpoint: Path, flags: list[str]) -> Built:
     """The release's model of the tiny ``checkpoint`` folder, with its runner host; see the module
-    docstring. It ends the release's simulated GPU once the model is built, so a process builds
-    one model (a fork of the one that imported the release builds each of several)."""
+        docstring. It ends the release's simulated GPU once the model is built, so a process builds
+        one model (a fork of the one that imported the release builds each of several). ``flags`` is
+    the user's command line after the model path (``command_line``)."""
     started = time.perf_counter()
     sm, standins, chosen = release.sm, list(release.standins), release.chosen
     given = models.read(checkpoint)
     asked = architectures(given.config)
-    quantization = models.QUANTIZATIONS[given.quantization]
     found = layout.probe(asked)
     rework = found.reworked
     with release.stack:
@@ -255,8 +232,8 @@ def build(release: Release, checkpoint: Path) -> Built:
             config = {**given.config, "architectures": [architecture]}  # next walk reads the given
             checkpoint = models.write_tiny(config, given.hf_quant_config,
                                            checkpoint.with_name(f"{checkpoint.name}-{architecture}"))  # fmt: skip
-        server_args, listed, backends = _server_args(checkpoint, sm, rework, quantization, asked[0])
-        standins += listed
+        server_args, backends = _server_args(checkpoint, sm, rework, flags)
+        standins.append(resolution.gpu_memory_record(sm))
         with setup_standins.building(sm) as listed:
             from sglang.srt.configs.device_config import DeviceConfig
             from sglang.srt.configs.load_config import LoadConfig
@@ -285,7 +262,8 @@ def build(release: Release, checkpoint: Path) -> Built:
         kernels.sglang_op_kernels() + kernels.aten_cpu_kernels() + kernels.eager_only_kernels()
     )
     standins += [*kernels.replaced_kernels(), attention.ATTENTION, attention.KV_POOL]
-    facts = {**_facts(model), "architecture": architecture, "quantization": quantization, "layout": found.as_record(),
+    facts = {**_facts(model), "architecture": architecture,
+             "quantization": models.QUANTIZATIONS[given.quantization], "layout": found.as_record(),
              "loader": type(loader).__name__, "server_args": backends,
              "simulated_gpu": release.patched,
              "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip
