@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from fp4lab.serving.replay.kernels import record
+from fp4lab.serving.replay.reached import REACHED
 
 
 class IndexerMetadata:
@@ -51,6 +52,7 @@ class AttentionBackend:
         return IndexerMetadata(int(forward_batch.input_ids.shape[0]))
 
     def forward(self, q, k, v, layer, forward_batch, save_kv_cache=True, **kwargs) -> torch.Tensor:
+        REACHED["attention_backend.forward"] += 1  # run in SGLang's attention split op
         self.calls += 1
         n, heads = q.shape[0], layer.tp_q_head_num
         query = q.reshape(n, heads, -1).float()
@@ -110,6 +112,7 @@ ATTENTION = record(
     "NativeSparseAttnBackend runs FlashMLA / DeepGEMM kernels; dense causal MLA attention in "
     "torch equals DSA's top-k sparse attention here (every sequence <= index_topk tokens), and "
     "the indexer metadata answers as the backend's does for one extend batch from an empty cache",
+    ["attention_backend.forward"],
 )  # fmt: skip
 
 

@@ -41,6 +41,7 @@ def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[di
         return row, lines
     lines[2:2] = [
         f"  how: {', '.join(row['evidence']) or 'nothing traced'}; built: {row['model_class']}",
+        f"  torch: {row['torch_note'] or 'decided by the torch the release pins'}",
         f"  flag: {row['flag']} ({row['flag_why']})",
         "  flags per prefill graph: "
         + "; ".join(f"{g}: {f}" for g, f in row["graph_flags"].items()),
@@ -52,8 +53,13 @@ def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[di
         fixed = "fixes it" if row["compiles_with_patch"] else "does not fix it"
         lines.append(f"  fp4lab's patch ({', '.join(row['patch'])}) {fixed}; write it with "
                      f"--write-patch DIR")  # fmt: skip
-    stood = sorted({s.get("name", "?") for s in replay.get("standins", [])})
-    lines.append(f"  stand-ins ({len(stood)}): {', '.join(stood)}")
+    ran = replay.get("standins_reached", [])
+    kernels = [s["name"] for s in replay.get("standins", []) if "kernels" in s]
+    unused = sorted(set(kernels) - set(ran))
+    setup = sorted({s["name"] for s in replay.get("standins", []) if "kernels" not in s})
+    lines += [f"  stand-in kernels reached ({len(ran)}): {', '.join(ran) or 'none'}",
+              f"  stand-in kernels installed, not reached ({len(unused)}): {', '.join(unused) or 'none'}",
+              f"  set-up stand-ins ({len(setup)}): {', '.join(setup)}"]  # fmt: skip
     return row, lines
 
 

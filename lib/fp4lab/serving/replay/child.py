@@ -50,6 +50,7 @@ from fp4lab.serving.replay import (
     models,
     patch,
     plugin,
+    reached,
     resolution,
     runner,
 )
@@ -230,6 +231,7 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     """Everything ``mode`` asks for, measured for the release's model of ``checkpoint`` (see the
     module docstring); in a process of its own."""
     torch.set_num_threads(1)  # the importing process's thread pool is not in its fork
+    reached.REACHED.clear()  # counted afresh in each fork
     refused = out.with_name(f"{out.stem}-{os.getpid()}.refused")  # ``kernels.ninja_refused``
     os.environ["FP4LAB_REFUSED_BUILDS"] = str(refused)
     sm = release.sm
@@ -261,7 +263,19 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
         found["harness_error"] = failure(exc)
     found["jit_builds_refused"] = kernels.refused_builds(refused)  # their fallbacks were traced
+    found["kernels_reached"] = dict(sorted(reached.REACHED.items()))
+    found["standins_reached"] = reached.names(found["standins"])
     return found | facts.release_rules()
+
+
+def _pinned(name: str) -> str | None:
+    """The release's own requirement of ``name`` (its wheel's ``Requires-Dist``), e.g. ``==2.11.0``."""
+    from importlib.metadata import requires
+
+    from packaging.requirements import Requirement
+
+    found = [Requirement(r) for r in requires("sglang") or []]
+    return next((str(r.specifier) for r in found if r.name == name and r.marker is None), None)
 
 
 def _version() -> str:
@@ -288,6 +302,7 @@ def main(argv: list[str]) -> int:
     found = {"replays": replay_all((major, minor), cuda_homes.split(","), modes, Path(out),
                                    [Path(c) for c in checkpoints]),
              "python": platform.python_version(), "torch": torch.__version__,
+             "release_torch": _pinned("torch"),
              "flashinfer": getattr(target.flashinfer, "__version__", None),
              "import_staging": target.IMPORT_STAGING}  # fmt: skip
     Path(out).write_text(json.dumps(found, default=str))

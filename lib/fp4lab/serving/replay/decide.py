@@ -116,7 +116,7 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
            "graphs": fixed.get("graphs"), "pieces": fixed.get("pieces"),
            "expected_pieces": fixed.get("expected_pieces"), "moe": moe, "moe_op": moe_op,
            "first_frames": {c["cuda_home"]: c["blocker_frame"] for c in replay.get("cuda_home", [])},
-           "evidence": evidence.of_values(rows)}  # fmt: skip
+           "evidence": evidence.of_values(rows), **torch_row(replay)}  # fmt: skip
     if replay.get("error") or replay.get("harness_error"):  # the child or fp4lab's drive failed
         failed = replay.get("harness_error") or {"error": replay["error"]}
         return harness(row, failed["error"], failed.get("harness_frame"))
@@ -183,6 +183,16 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
                  f"({fixed.get('pieces')} pieces, expected {fixed.get('expected_pieces')}) and "
                  f"{'equals' if fixed.get('equals_eager') else 'does NOT equal'} eager")  # fmt: skip
     return {**row, "outcome": "blocked", "blocked_at": first, "note": note}
+
+
+def torch_row(replay: dict) -> dict:
+    """Which torch's dynamo decided a cell, next to the torch the release pins; where they
+    differ, a note says so (only torch 2.13.0's CPU build is at hand here)."""
+    used, pinned = replay.get("torch"), replay.get("release_torch")
+    differs = bool(used and pinned and pinned.startswith("==") and pinned[2:] != used.split("+")[0])
+    note = (f"decided by torch {used}'s dynamo; the release pins torch{pinned}, whose dynamo was "
+            f"not at hand" if differs else None)  # fmt: skip
+    return {"torch": used, "release_torch": pinned, "torch_note": note}
 
 
 def unblocked(fixed: dict) -> dict:

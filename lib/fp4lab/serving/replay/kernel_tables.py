@@ -12,6 +12,7 @@ from collections.abc import Callable
 import torch
 
 from fp4lab.serving.replay import cpu_kernels, cpu_moe_kernels
+from fp4lab.serving.replay.reached import counted
 
 SGL_KERNEL_OPS = {
     "rmsnorm": ("rmsnorm(Tensor(a!) output, Tensor input, Tensor weight, float eps, "
@@ -149,7 +150,7 @@ def triton_launch(name: str) -> Callable:
     if not hasattr(torch.ops.fp4lab_triton, name):
         schema, kernel, fake = TRITON_LAUNCHES[name]
         library.define(schema)
-        library.impl(name, kernel, "CPU")
+        library.impl(name, counted(f"fp4lab_triton::{name}", kernel), "CPU")
         library._register_fake(name, fake)
     return getattr(torch.ops.fp4lab_triton, name)
 

@@ -39,10 +39,14 @@ import torch
 from fp4lab.core import paths
 from fp4lab.serving.replay import cpu_kernels
 from fp4lab.serving.replay import kernel_tables as tables
+from fp4lab.serving.replay.reached import counted
 
 
-def record(name: str, boundary: str, why: str) -> dict:
-    return {"name": name, "boundary": boundary, "why": why}
+def record(name: str, boundary: str, why: str, kernels: list[str] | None = None) -> dict:
+    """A stand-in as records list it; ``kernels``: the names ``REACHED`` counts its kernels
+    under (a trailing ``*`` for any name with that start), none for a set-up stand-in."""
+    found = {"name": name, "boundary": boundary, "why": why}
+    return found | ({"kernels": kernels} if kernels is not None else {})
 
 
 def attribute(module: str, name: str) -> Any:
@@ -63,12 +67,13 @@ def sgl_kernel_ops() -> list[dict]:
         if hasattr(torch.ops.sgl_kernel, name):
             continue
         library.define(schema)
-        library.impl(name, kernel, "CPU")
+        library.impl(name, counted(f"sgl_kernel::{name}", kernel), "CPU")
         defined.append(name)
     return [record("sgl_kernel_ops", f"sgl_kernel::{{{','.join(defined)}}}",
                     "sgl_kernel's C++ op library is a CUDA-only binary; each op GLM-5 calls is "
                     "defined with the schema its Python wrapper calls, a torch CPU kernel and "
-                    "a fake, so dynamo sees one opaque node as on a GPU")] if defined else []  # fmt: skip
+                    "a fake, so dynamo sees one opaque node as on a GPU",
+                    [f"sgl_kernel::{n}" for n in defined])] if defined else []  # fmt: skip
 
 
 def _no_outputs(*args: Any, **kwargs: Any) -> None:
@@ -119,8 +124,9 @@ def sglang_op_kernels() -> list[dict]:
     lent = []
     for name, (kernel, why) in tables.SGLANG_OP_KERNELS.items():
         if hasattr(torch.ops.sglang, name):
-            library.impl(name, kernel, "CPU", allow_override=True)
-            lent.append(record(f"sglang::{name}_cpu_kernel", f"sglang::{name}", why))
+            library.impl(name, counted(f"sglang::{name}", kernel), "CPU", allow_override=True)
+            lent.append(record(f"sglang::{name}_cpu_kernel", f"sglang::{name}", why,
+                               [f"sglang::{name}"]))  # fmt: skip
     return lent
 
 
@@ -130,16 +136,17 @@ def aten_cpu_kernels() -> list[dict]:
     lent = []
     for name, (kernel, why) in tables.ATEN_CPU_KERNELS.items():
         if not torch._C._dispatch_has_kernel_for_dispatch_key(f"aten::{name}", "CPU"):
-            library.impl(name, kernel, "CPU")
-            lent.append(record(f"aten::{name}_cpu_kernel", f"aten::{name}", why))
+            library.impl(name, counted(f"aten::{name}", kernel), "CPU")
+            lent.append(record(f"aten::{name}_cpu_kernel", f"aten::{name}", why, [f"aten::{name}"]))
     return lent
 
 
-def eager_only(real: Callable, cpu: Callable) -> Callable:
-    """``real`` while dynamo traces (the release's code is what gets traced), ``cpu`` when run:
-    also where a graph break (``fullgraph=False``) makes dynamo run the call itself, whose frame
-    dynamo then never compiles (``skip_code``), and ``cpu`` runs with dynamo off."""
-    run = torch._dynamo.disable(cpu)
+def eager_only(real: Callable, cpu: Callable, name: str) -> Callable:
+    """``real`` while dynamo traces (the release's code is what gets traced), ``cpu`` when run
+    (counted under ``name``): also where a graph break (``fullgraph=False``) makes dynamo run the
+    call itself, whose frame dynamo then never compiles (``skip_code``), and ``cpu`` runs with
+    dynamo off."""
+    run = torch._dynamo.disable(counted(name, cpu))
 
     def call(*args: Any, **kwargs: Any) -> Any:
         if torch.compiler.is_compiling():
@@ -157,8 +164,8 @@ def _installed(table: tuple, suffix: str) -> list[dict]:
     done = []
     for module, name, cpu, why in table:
         if attribute(module, name) is not None:
-            setattr(importlib.import_module(module), name, cpu)
-            done.append(record(f"{name}_{suffix}", f"{module}.{name}", why))
+            setattr(importlib.import_module(module), name, counted(f"{module}.{name}", cpu))
+            done.append(record(f"{name}_{suffix}", f"{module}.{name}", why, [f"{module}.{name}"]))
     return done
 
 
@@ -227,20 +234,20 @@ def eager_only_kernels() -> list[dict]:
         bound = attribute(module, "fp4_quantize")
         if getattr(bound, "__module__", "").startswith("flashinfer"):
             importlib.import_module(module).fp4_quantize = eager_only(
-                bound, cpu_kernels.flashinfer_fp4_quantize
+                bound, cpu_kernels.flashinfer_fp4_quantize, f"{module}.fp4_quantize"
             )
             done.append(record("fp4_quantize_eager_only", f"{module}.fp4_quantize",
                                "FlashInfer's fp4_quantize as the release binds it: fp4lab's "
                                "reference when run eagerly; while dynamo traces, FlashInfer's "
-                               "own function (the story's path)"))  # fmt: skip
+                               "own function (the story's path)", [f"{module}.fp4_quantize"]))  # fmt: skip
     for module, name, cpu, why in tables.EAGER_ONLY:
         try:
             owner = importlib.import_module(module)
         except ImportError:
             continue
         if hasattr(owner, name):  # where the import it binds failed, the name is None: still called
-            setattr(owner, name, eager_only(getattr(owner, name), cpu))
-            done.append(record(f"{name}_eager_only", f"{module}.{name}", why))
+            setattr(owner, name, eager_only(getattr(owner, name), cpu, f"{module}.{name}"))
+            done.append(record(f"{name}_eager_only", f"{module}.{name}", why, [f"{module}.{name}"]))
     return done
 
 

@@ -34,6 +34,7 @@ def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[di
             "quantization": model.quantization, **decide.cell(version, sm, replay, calls),
             "blocker_frames": decide.blocker_frames(replay),
             "standins": sorted({s["name"] for s in replay.get("standins", [])}),
+            "standins_reached": replay.get("standins_reached", []),
             "kept": replay.get("kept")}  # fmt: skip
 
 

@@ -26,6 +26,7 @@ from torch.overrides import _pop_mode_temporarily
 
 from fp4lab.compile import target
 from fp4lab.serving.replay import inside, kernels, ranks
+from fp4lab.serving.replay.reached import REACHED
 
 TOKENS_FIELD = "cuda_graph_max_bs_prefill"
 """The reworked parser's cap on prefill capture sizes (tokens, for ``tc_piecewise``)."""
@@ -42,6 +43,7 @@ class _Kernels(types.ModuleType):
             raise AttributeError(name)
 
         def kernel(*args: Any, **kwargs: Any) -> Any:
+            REACHED[f"deep_gemm.{name}"] += 1
             raise RuntimeError(f"{self.__name__}.{name} is a DeepGEMM CUDA kernel (not on a CPU)")
 
         return kernel
@@ -78,7 +80,8 @@ def deep_gemm_standin(sm_count: int) -> list[dict]:
         return [kernels.record("deep_gemm_kernels", "deep_gemm (every module)",
                                "DeepGEMM's binary needs libnvrtc; the release imports it at module "
                                f"level, so its functions are stubs that raise when called (no "
-                               f"kernel of it runs here) and get_num_sms answers {sm_count}")]  # fmt: skip
+                               f"kernel of it runs here) and get_num_sms answers {sm_count}",
+                               ["deep_gemm.*"])]  # fmt: skip
     return []
 
 
