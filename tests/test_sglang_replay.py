@@ -515,7 +515,7 @@ def test_a_runner_the_release_declines_is_not_applicable_with_the_reason_it_logg
     assert row["note"] == ("the release's ModelRunner builds no piecewise runner for GlmMoeDsaForCausalLM "
                            f'(ModelRunner.__init__ logged "{GQA}")')  # fmt: skip
     assert (row["blockers"], row["compiles_with_patch"], row["blocked_at"]) == ([], None, None)
-    assert decide._what(row).startswith("not applicable (the release's ModelRunner builds no")
+    assert timeline.what(row).startswith("not applicable (the release's ModelRunner builds no")
     silent = {**step, "message": None, "entry": replay_runner.ENTRY}
     row = decide.cell("0.5.9", "10.0", {**replay, "fix": {"steps": [silent], "compiles": False}})
     assert row["note"].endswith("(ModelRunner.init_piecewise_cuda_graphs logged no reason)")

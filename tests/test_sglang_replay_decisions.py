@@ -19,6 +19,7 @@ from fp4lab.serving.replay import (
     pool,
     ranks,
     timeline,
+    upstream,
     versions,
 )
 from resolutions import REACHED, REMOVED
@@ -326,3 +327,30 @@ def test_a_verdicts_guard_raises_under_python_O_and_lib_holds_no_assert():
     asserted = [f"{path.relative_to(lib)}:{node.lineno}" for path in sorted(lib.rglob("*.py"))
                 for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Assert)]  # fmt: skip
     assert asserted == []
+
+
+def test_upstreams_facts_are_held_against_the_replays_cells_both_ways():
+    trtllm = {"dsa_prefill_backend": "trtllm", "dsa_decode_backend": "trtllm",
+              "kv_cache_dtype": "fp8_e4m3"}  # fmt: skip
+    musa = decide.BLOCKERS["musa_probe_constant"]
+    rows = [
+        _row("0.5.13", "10.0", "compiles"), _row("0.5.14", "10.0", "compiles"),
+        _row("0.5.15", "10.0", "blocked", note="blockers: x"),
+        _row("0.5.16", "12.0", "compiles", kernel_backends=trtllm),
+        _row("0.5.21", "12.0", "blocked", blockers=[musa],
+             kernel_backends={**trtllm, "dsa_prefill_backend": "flashinfer_sparse_mla"}),
+        _row("0.5.12", "12.0", "compiles"),
+    ]  # fmt: skip
+    held = {(r["source"], r["release"], r["SM"]): r["verdict"] for r in upstream.agreement(rows)}
+    ci = "upstream CI (test_pcg_glm5_fp4.py)"
+    assert held[ci, "0.5.13", "10.0"] == held[ci, "0.5.14", "10.0"] == "agree"
+    assert held[ci, "0.5.15", "10.0"] == "disagree"
+    assert held["sglang#29562", "0.5.16", "12.0"] == "agree"
+    assert held["sglang#29562", "0.5.21", "12.0"] == "disagree"
+    assert held["sglang#26087", "0.5.12", "12.0"] == "not comparable"
+    assert held["sglang#39054", "0.5.21", "12.0"] == "agree"
+    grouped = upstream.grouped(upstream.agreement(rows))
+    assert [(r["release"], r["verdict"]) for r in grouped if r["source"] == ci] == [
+        ("0.5.13–0.5.14", "agree"), ("0.5.15", "disagree")]  # fmt: skip
+    missing = upstream.agreement([_row("0.5.9", "12.0", "blocked")])
+    assert {r["why"] for r in missing} == {"not replayed in this run"}

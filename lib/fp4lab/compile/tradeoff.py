@@ -238,24 +238,16 @@ def tradeoff_verdict(run: Story, rows: list[dict], sglang: dict) -> str:
         )
     layers = run.layers
     for fixed in _of(rows, "compiled_fullgraph_custom_op"):
-        evidence.guard(
-            (fixed["graph_count"], fixed["graph_break_count"], fixed["dynamo_graphs"]) == (1, 0, 1),
-            "the custom op did not give one graph",
-        )
-        evidence.guard(
-            (fixed["pieces"], fixed["split_op_runs_per_step"]) == (layers + 1, layers),
-            "one graph should be split at each layer's attention only",
-        )
+        counts = (fixed["graph_count"], fixed["graph_break_count"], fixed["dynamo_graphs"])
+        evidence.guard(counts == (1, 0, 1), "the custom op did not give one graph")
+        evidence.guard((fixed["pieces"], fixed["split_op_runs_per_step"]) == (layers + 1, layers),
+                       "one graph should be split at each layer's attention only")  # fmt: skip
     for breaks in _of(rows, "compiled_with_breaks"):
-        evidence.guard(
-            breaks["graph_runs_per_step"] >= 2 * layers,
-            "fullgraph=False should split every layer around its quantize call",
-        )
-        evidence.guard(
-            breaks["eager_quantize_runs_per_step"] == layers,
-            f"fullgraph=False should run the quantize eagerly once per layer ({layers}), ran "
-            f"{breaks['eager_quantize_runs_per_step']}",
-        )
+        evidence.guard(breaks["graph_runs_per_step"] >= 2 * layers,
+                       "fullgraph=False should split every layer around its quantize call")  # fmt: skip
+        evidence.guard(breaks["eager_quantize_runs_per_step"] == layers,
+                       f"fullgraph=False should run the quantize eagerly once per layer "
+                       f"({layers}), ran {breaks['eager_quantize_runs_per_step']}")  # fmt: skip
     largest = max(r["tokens"] for r in rows)
     at = {r["variant"]: r for r in rows if r["tokens"] == largest}
     breaks, fixed = at["compiled_with_breaks"], at["compiled_fullgraph_custom_op"]

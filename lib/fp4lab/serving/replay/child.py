@@ -255,7 +255,7 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
         with torch.no_grad():
             found["eager_release"] = eager_release(built, sm)
             if mode == "patch":
-                found["fix"] = fix_walk(built, sm, _version(), out)
+                found["fix"] = fix_walk(built, sm, facts.version(), out)
             else:
                 found["chain"] = walk(built, sm, mode == "story")
             if mode == "story":
@@ -266,22 +266,6 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     found["kernels_reached"] = dict(sorted(reached.REACHED.items()))
     found["standins_reached"] = reached.names(found["standins"])
     return found | facts.release_rules()
-
-
-def _pinned(name: str) -> str | None:
-    """The release's own requirement of ``name`` (its wheel's ``Requires-Dist``), e.g. ``==2.11.0``."""
-    from importlib.metadata import requires
-
-    from packaging.requirements import Requirement
-
-    found = [Requirement(r) for r in requires("sglang") or []]
-    return next((str(r.specifier) for r in found if r.name == name and r.marker is None), None)
-
-
-def _version() -> str:
-    import sglang
-
-    return sglang.__version__
 
 
 def main(argv: list[str]) -> int:
@@ -302,7 +286,7 @@ def main(argv: list[str]) -> int:
     found = {"replays": replay_all((major, minor), cuda_homes.split(","), modes, Path(out),
                                    [Path(c) for c in checkpoints]),
              "python": platform.python_version(), "torch": torch.__version__,
-             "release_torch": _pinned("torch"),
+             "release_torch": facts.pinned("torch"),
              "flashinfer": getattr(target.flashinfer, "__version__", None),
              "import_staging": target.IMPORT_STAGING}  # fmt: skip
     Path(out).write_text(json.dumps(found, default=str))

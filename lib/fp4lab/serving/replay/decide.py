@@ -253,35 +253,6 @@ def sm120_specific(rows: list[dict], version: str) -> bool | None:
     return fp4 in measured["12.0"]["blockers"] and not any(others)
 
 
-def _what(r: dict) -> str:
-    if r["outcome"] == "blocked":
-        if not r["compiles_with_patch"]:
-            return f"blocked at {r['blocked_at']}"
-        same = "equals" if r["equals_eager"] else "differs from"
-        return f"blocked at {r['blocked_at']}; patch {'+'.join(r['patch'])}: compiles, {same} eager"
-    if r["outcome"] in ("not applicable", "not measured"):
-        return f"{r['outcome']} ({short(r['note'])})"
-    return "compiles as released"
-
-
-def compact(rows: list[dict]) -> list[str]:
-    """One line per release, SMs with the same outcome grouped: the decision report's quote."""
-    lines = []
-    for version in dict.fromkeys(r["sglang_version"] for r in rows):
-        groups: dict[str, list[str]] = {}
-        mine = [r for r in rows if r["sglang_version"] == version]
-        for r in mine:
-            what = f"{_what(r)} [{', '.join(r['evidence']) or 'no evidence'}]; MoE: {r['moe']}"
-            groups.setdefault(what, []).append(f"SM{r['sm']}")
-        said = "; ".join(f"{'/'.join(sms)} {what}" for what, sms in groups.items())
-        model = (
-            next((r["model_class"] for r in mine if r["model_class"]), None) or "model not built"
-        )
-        lines.append(f"SGLang {version} ({model.split('.')[-1]}): GLM-5 flag: {mine[0]['flag']} "
-                     f"({mine[0]['flag_why']}); {said}")  # fmt: skip
-    return lines
-
-
 def decision(rows: list[dict]) -> dict:
     """The decision report's verdict, number and why over every (release, SM) where a GLM-5
     user can reach torch.compile piecewise graphs and the model was traced; cells fp4lab's

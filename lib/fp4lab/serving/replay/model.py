@@ -233,7 +233,7 @@ def build(release: Release, checkpoint: Path, flags: list[str]) -> Built:
             checkpoint = models.write_tiny(config, given.hf_quant_config,
                                            checkpoint.with_name(f"{checkpoint.name}-{architecture}"))  # fmt: skip
         server_args, backends = _server_args(checkpoint, sm, rework, flags)
-        standins.append(resolution.gpu_memory_record(sm))
+        standins.append(setup_standins.gpu_memory_record(sm))
         with setup_standins.building(sm) as listed:
             from sglang.srt.configs.device_config import DeviceConfig
             from sglang.srt.configs.load_config import LoadConfig

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from fp4lab.core import evidence, figures, glm5, records
-from fp4lab.serving.replay import decide, timeline, versions
+from fp4lab.serving.replay import decide, timeline, upstream, versions
 
 COLOURS = dict(
     zip(decide.OUTCOMES, ("#d62728", "#2ca02c", "#ff7f0e", "#9edae5", "#eeeeee"), strict=True)
@@ -24,7 +24,8 @@ def table(rows: list[dict]) -> object:
     nothing to say is empty (not NaN, not None)."""
     import pandas as pd
 
-    keep = ["sglang_version", "sm", "flag", "outcome", "evidence", "blocked_at", "blockers", "patch",
+    keep = ["sglang_version", "sm", "default_prefill", "flag", "outcome", "evidence", "blocked_at",
+            "blockers", "patch",
             "compiles_with_patch", "equals_eager", "pieces", "expected_pieces", "moe", "quantize",
             "model_class", "note"]  # fmt: skip
     return pd.DataFrame([{k: r.get(k) for k in keep} for r in rows]).fillna("")
@@ -35,10 +36,32 @@ def timeline_table(rows: list[dict]) -> object:
     import pandas as pd
 
     return pd.DataFrame([
-        {"SM": g["sm"], "releases": g["from"] + (f" to {g['to']}" if g["to"] != g["from"] else ""),
-         "outcome": g["state"]}
+        {"SM": g["sm"], "releases": timeline.span(g["from"], g["to"]), "outcome": g["state"]}
         for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.runs(rows, sm)
     ])  # fmt: skip
+
+
+def defaults_table(rows: list[dict]) -> object:
+    """Per SM, runs of releases with one default prefill graph and the rule that decided it."""
+    import pandas as pd
+
+    return pd.DataFrame([
+        {"SM": g["sm"], "releases": timeline.span(g["from"], g["to"]),
+         "prefill graph with no flag": g["default_prefill"] or "", "decided at": g["rule"] or ""}
+        for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.defaults(rows, sm)
+    ]).style.hide(axis="index")  # fmt: skip
+
+
+def upstream_table(notebook: str) -> object:
+    """What upstream saw next to the replay's cells (the latest run), consecutive releases with
+    one verdict as one row."""
+    import pandas as pd
+
+    found = [r["values"] for r in records.latest(notebook) if r["kind"] == "upstream"]
+    keep = ("source", "release", "SM", "replay", "verdict", "why")
+    return pd.DataFrame([{k: r[k] for k in keep} for r in upstream.grouped(found)]).style.hide(
+        axis="index"
+    )
 
 
 def standins_table(notebook: str) -> object:

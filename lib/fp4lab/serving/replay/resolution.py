@@ -14,19 +14,13 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import dataclasses
-import importlib
 import logging
 import os
-import re
-import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from fp4lab.compile import target
 from fp4lab.serving import read_parser
-from fp4lab.serving.replay import kernels, reworked, setup_standins
+from fp4lab.serving.replay import deciding, reworked, setup_standins
 
 GRAPHS = ("tc_piecewise", "breakable", "full")
 """The prefill graphs a user can ask a release for (``disabled`` is none)."""
@@ -34,13 +28,6 @@ GRAPHS = ("tc_piecewise", "breakable", "full")
 PREFILL_OPTION = "--cuda-graph-backend-prefill"
 ENABLE_OPTION = "--enable-piecewise-cuda-graph"
 ENFORCE_OPTION = "--enforce-piecewise-cuda-graph"
-
-OLD_FIELDS = ("enable_piecewise_cuda_graph", "disable_piecewise_cuda_graph")
-"""Where releases before ``cuda_graph_config`` (0.5.14) keep torch.compile piecewise graphs."""
-
-MEMORY_ASKED_IN = ("sglang.srt.arg_groups.memory_hook", "sglang.srt.arg_groups.pipeline")
-"""Modules of reworked releases whose resolution asks the GPU's memory (imported first, so that
-their binding is replaced too)."""
 
 KERNEL_WORDS = ("attention", "attn", "moe", "gemm", "dsa", "nsa", "mla", "fp4", "quant", "sampling")
 """The ``*_backend`` fields that choose kernels (not tokenizers, transfers or caches)."""
@@ -97,94 +84,6 @@ def candidates(found: list[dict], graph: str) -> list[list[str]]:
     return asked
 
 
-@dataclasses.dataclass
-class _Decision:
-    """One write of the prefill graph: the graph it gave and the frames that wrote it."""
-
-    owner: Any
-    graph: str
-    frames: list[str]
-    copied: bool = False
-    """A ``dataclasses.replace`` that copied the value and did not change it."""
-
-
-def _frames(depth: int = 2) -> list[str]:
-    frame, found = sys._getframe(depth), []
-    while frame is not None and len(found) < 12:
-        name = frame.f_code.co_filename.split("site-packages/")[-1]
-        found.append(f"{name}:{frame.f_lineno}:{frame.f_code.co_name}")
-        frame = frame.f_back
-    return found
-
-
-def _copied(depth: int = 2) -> bool:
-    """Whether the write is a ``dataclasses.replace`` leaving ``backend`` unchanged."""
-    frame = sys._getframe(depth)
-    while frame is not None:
-        if frame.f_code.co_name in ("replace", "_replace") and "changes" in frame.f_locals:
-            return "backend" not in frame.f_locals["changes"]
-        frame = frame.f_back
-    return False
-
-
-@contextlib.contextmanager
-def _decisions_recorded() -> Iterator[list[_Decision]]:
-    """Every write of the prefill graph while the block runs, each with its frames: from 0.5.14
-    ``PhaseConfig.backend`` of the objects that are some ``CudaGraphConfig``'s ``prefill``;
-    before, the piecewise fields of ``ServerArgs`` (the graph they give after the write)."""
-    writes: list[_Decision] = []
-    prefill: list[Any] = []  # held, so that no id is reused while the block runs
-    module = "sglang.srt.model_executor.cuda_graph_config"
-    phase, config = (
-        kernels.attribute(module, "PhaseConfig"),
-        kernels.attribute(module, "CudaGraphConfig"),
-    )
-    with contextlib.ExitStack() as stack:
-        if phase is not None:
-            _watch(stack, phase, ("backend",), lambda o, v: str(v), writes)
-            _watch(stack, config, ("prefill",), None, prefill)
-        else:
-            cls = _server_args_class()
-            _watch(stack, cls, OLD_FIELDS, lambda o, v: prefill_graph(o, None), writes)
-        yield writes
-        if phase is not None:
-            kept = [w for w in writes if any(w.owner is p for p in prefill) and not w.copied]
-            writes[:] = kept
-
-
-def _watch(stack: contextlib.ExitStack, owner: Any, names: tuple[str, ...], graph: Any,
-           into: list) -> None:  # fmt: skip
-    """``owner``'s writes of ``names`` appended to ``into``: a ``_Decision`` (``graph`` giving
-    the graph after the write), or with no ``graph`` the value written."""
-    original = owner.__setattr__
-
-    def setattr_(self: Any, name: str, value: Any) -> None:
-        original(self, name, value)
-        if name in names:
-            into.append(value if graph is None else
-                        _Decision(self, graph(self, value), _frames(), _copied()))  # fmt: skip
-
-    stack.enter_context(target.attribute_replaced(owner, "__setattr__", setattr_))
-
-
-def _server_args_class() -> Any:
-    from sglang.srt.server_args import ServerArgs
-
-    return ServerArgs
-
-
-def _rule(decisions: list[_Decision], graph: str) -> list[str]:
-    """The release's frames (at most 3) of the last write that gave the resolved ``graph``; none
-    where no write of the release's gave it (the value parsed stood)."""
-    for decision in reversed(decisions):
-        if decision.graph == graph:
-            frames = [f for f in decision.frames if f.startswith("sglang/")
-                      and not f.endswith(":with_phase")]  # fmt: skip
-            if frames:
-                return frames[:3]
-    return []
-
-
 def graph_config(args: Any, rework: bool) -> Any:
     """The resolved ``CudaGraphConfig`` (0.5.14 on): in a reworked release the one its config
     bags hold after ``publish``, else the ``ServerArgs`` field; None before 0.5.14."""
@@ -194,18 +93,6 @@ def graph_config(args: Any, rework: bool) -> Any:
         with contextlib.suppress(Exception):  # a reworked release keeping it on ServerArgs
             return context.get_exec().graph.cuda_graph_config
     return getattr(args, "cuda_graph_config", None)
-
-
-def prefill_graph(args: Any, config: Any) -> str:
-    """The prefill graph resolved ``ServerArgs`` give: its ``cuda_graph_config`` (0.5.14 on),
-    or before it, torch.compile piecewise graphs where they are on and not disabled."""
-    if config is not None:
-        return str(config.prefill.backend)
-    enabled = getattr(args, "enable_piecewise_cuda_graph", None)
-    disabled = getattr(args, "disable_piecewise_cuda_graph", None)
-    if disabled is None:  # only the enable option: off unless enabled
-        return "tc_piecewise" if enabled else "disabled"
-    return "disabled" if disabled else "tc_piecewise"
 
 
 def buckets(args: Any, config: Any) -> list[int] | None:
@@ -256,53 +143,6 @@ def _plain(value: Any) -> Any:
     return value if isinstance(value, (str, int, float, bool, list)) else str(value)
 
 
-def gpu_memory_record(sm: tuple[int, int]) -> dict:
-    """The stand-in record of ``gpu_memory_answered``."""
-    return kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
-                          f"nvidia-smi is absent; the simulated GPU reports "
-                          f"{setup_standins.gpu_memory_mib(sm)} MiB")  # fmt: skip
-
-
-@contextlib.contextmanager
-def gpu_memory_answered(sm: tuple[int, int]) -> Iterator[None]:
-    """The simulated GPU's memory answering ``get_device_memory_capacity`` in every module of
-    the release that binds it (nvidia-smi is absent; ``gpu_memory_record``)."""
-    memory = setup_standins.gpu_memory_mib(sm)
-    for hook in MEMORY_ASKED_IN:
-        with contextlib.suppress(ImportError):  # a release without it
-            importlib.import_module(hook)
-    from sglang.srt import server_args as module
-
-    asked = getattr(module, "get_device_memory_capacity", None) or kernels.attribute(
-        "sglang.srt.utils.common", "get_device_memory_capacity"
-    )
-    owners = [m for name, m in list(sys.modules.items()) if asked is not None
-              and name.startswith("sglang.") and getattr(m, "get_device_memory_capacity", None) is asked]  # fmt: skip
-    with contextlib.ExitStack() as stack:
-        for owner in owners:
-            stack.enter_context(target.attribute_replaced(
-                owner, "get_device_memory_capacity", lambda *a: memory))  # fmt: skip
-        yield
-
-
-LOGGED_WORDS = ("graph", "backend", "kv cache", "disabl", "attention", "quantiz")
-"""What the release logs during its resolution that is kept: its words on graphs and kernels."""
-
-ANSI = re.compile(r"\x1b\[[0-9;]*m")
-
-
-class _Logged(logging.Handler):
-    def __init__(self) -> None:
-        super().__init__(logging.INFO)
-        self.lines: list[str] = []
-
-    def emit(self, record: logging.LogRecord) -> None:
-        said = ANSI.sub("", record.getMessage())
-        if any(w in said.lower() for w in LOGGED_WORDS):
-            where = record.pathname.split("site-packages/")[-1]
-            self.lines.append(f"{where}:{record.lineno}: {said[:240]}")
-
-
 def server_args(checkpoint: Path, sm: tuple[int, int], rework: bool, flags: list[str],
                 fields: dict | None = None) -> tuple[Any, dict]:  # fmt: skip
     """The release's ``ServerArgs`` for ``flags`` (a user's command line after the model path),
@@ -310,14 +150,14 @@ def server_args(checkpoint: Path, sm: tuple[int, int], rework: bool, flags: list
     over the parsed values (fp4lab's own choices); and what it resolved (see the module
     docstring)."""
     argv = ["--model-path", str(checkpoint), *flags]
-    logged, root = _Logged(), logging.getLogger()
+    logged, root = deciding.Logged(), logging.getLogger()
     level = root.level
     root.addHandler(logged)
     root.setLevel(min(level, logging.INFO) if level else logging.INFO)
     try:
-        with gpu_memory_answered(sm), _decisions_recorded() as decisions:
+        with setup_standins.gpu_memory_answered(sm), deciding.recorded() as decisions:
             parsed = vars(parser().parse_args(argv))
-            cls = _server_args_class()
+            cls = deciding.server_args_class()
             given = {k: v for k, v in {**parsed, **(fields or {})}.items()
                      if k in reworked.fields(cls)}  # fmt: skip
             args = cls(**given)
@@ -327,8 +167,9 @@ def server_args(checkpoint: Path, sm: tuple[int, int], rework: bool, flags: list
         root.removeHandler(logged)
         root.setLevel(level)
     config = graph_config(args, rework)
-    graph = prefill_graph(args, config)
-    return args, {"flags": flags, "prefill_graph": graph, "rule": _rule(decisions, graph), "logged": logged.lines[-8:],
+    graph = deciding.prefill_graph(args, config)
+    return args, {"flags": flags, "prefill_graph": graph, "rule": deciding.rule(decisions, graph),
+                  "logged": logged.lines[-8:],
                   "buckets": buckets(args, config), "backends": backends(args, rework)}  # fmt: skip
 
 

@@ -9,6 +9,7 @@ import contextlib
 import ctypes
 import glob
 import importlib
+import sys
 import sysconfig
 import types
 from collections.abc import Iterator
@@ -80,3 +81,37 @@ def deep_gemm_sms(sm_count: int, found: layout.Layout) -> list[dict]:
     indexer.deep_gemm = types.SimpleNamespace(get_num_sms=lambda: sm_count)
     return [kernels.record("deep_gemm_sm_count", f"{found.dsa_indexer}.deep_gemm.get_num_sms",
                             f"DeepGEMM needs libnvrtc to import; {sm_count} SMs answer")]  # fmt: skip
+
+
+MEMORY_ASKED_IN = ("sglang.srt.arg_groups.memory_hook", "sglang.srt.arg_groups.pipeline")
+"""Modules of reworked releases whose resolution asks the GPU's memory (imported first, so that
+their binding is replaced too)."""
+
+
+def gpu_memory_record(sm: tuple[int, int]) -> dict:
+    """The stand-in record of ``gpu_memory_answered``."""
+    return kernels.record("gpu_memory", "get_device_memory_capacity (as the release imports it)",
+                          f"nvidia-smi is absent; the simulated GPU reports "
+                          f"{gpu_memory_mib(sm)} MiB")  # fmt: skip
+
+
+@contextlib.contextmanager
+def gpu_memory_answered(sm: tuple[int, int]) -> Iterator[None]:
+    """The simulated GPU's memory answering ``get_device_memory_capacity`` in every module of
+    the release that binds it (nvidia-smi is absent; ``gpu_memory_record``)."""
+    memory = gpu_memory_mib(sm)
+    for hook in MEMORY_ASKED_IN:
+        with contextlib.suppress(ImportError):  # a release without it
+            importlib.import_module(hook)
+    from sglang.srt import server_args as module
+
+    asked = getattr(module, "get_device_memory_capacity", None) or kernels.attribute(
+        "sglang.srt.utils.common", "get_device_memory_capacity"
+    )
+    owners = [m for name, m in list(sys.modules.items()) if asked is not None
+              and name.startswith("sglang.") and getattr(m, "get_device_memory_capacity", None) is asked]  # fmt: skip
+    with contextlib.ExitStack() as stack:
+        for owner in owners:
+            stack.enter_context(target.attribute_replaced(
+                owner, "get_device_memory_capacity", lambda *a: memory))  # fmt: skip
+        yield

@@ -15,7 +15,17 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fp4lab.core import evidence, params, records
-from fp4lab.serving.replay import decide, env, models, patch, pool, scan, timeline, versions
+from fp4lab.serving.replay import (
+    decide,
+    env,
+    models,
+    patch,
+    pool,
+    scan,
+    timeline,
+    upstream,
+    versions,
+)
 from fp4lab.serving.replay.pool import CUDA_HOME_CASES, GLM5, VersionRun
 
 
@@ -82,6 +92,9 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
         rows += record_version(rec, run)
     for row in rows:
         rec.add("decision", row, target=_target(row["sm"]))
+    held = upstream.agreement(rows)
+    for row in held:
+        rec.add("upstream", row)
     story = [
         r.replays.get(versions.STORY_SM, {}) for r in runs if r.version == versions.STORY_VERSION
     ]
@@ -96,10 +109,12 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
         "versions_failed": {r.version: r.environment.error for r in runs if not r.environment.ok},
         "story_blockers_0_5_9": decide.blockers(chain) if chain else None,
         "sm120_specific_0_5_9": decide.sm120_specific(rows, versions.STORY_VERSION),
-        "by_version": decide.compact(rows),
+        "by_version": timeline.compact(rows),
         "timeline": timeline.timeline(rows),
         "not_measured_harness": {f"{r['sglang_version']} SM{r['sm']}": r["note"]
                                  for r in rows if r["outcome"] == "not measured"},
+        "upstream": {v: sum(r["verdict"] == v for r in held)
+                     for v in (upstream.AGREE, upstream.DISAGREE, upstream.NOT_COMPARABLE)},
         "evidence": evidence.of_values(rows),
     })  # fmt: skip
     return rows
@@ -108,7 +123,7 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
 def verdict(rows: list[dict]) -> str:
     """One line per (release, SM): outcome, blockers, patch, MoE path, the option a GLM-5 user
     passes."""
-    lines = [f"SGLang {r['sglang_version']} SM{r['sm']}: {decide._what(r)}; MoE: {r['moe']}; "
+    lines = [f"SGLang {r['sglang_version']} SM{r['sm']}: {timeline.what(r)}; MoE: {r['moe']}; "
              f"GLM-5 flag: {r['flag']}" for r in rows]  # fmt: skip
     lines += [timeline.sentence(rows, sm) for sm in dict.fromkeys(r["sm"] for r in rows)]
     specific = decide.sm120_specific(rows, versions.STORY_VERSION)

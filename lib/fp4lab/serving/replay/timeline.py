@@ -1,6 +1,7 @@
 """The replay's answer as a timeline per SM: runs of consecutive releases with one outcome, the
 first release in which the model (GLM-5 in notebook 11) compiles, any in which it stops again,
-and what a user should run.
+the prefill graph each release gives with no flag (its own resolution), and what a user should
+run.
 
 Releases are in release order (``versions.order``).
 """
@@ -49,6 +50,28 @@ def runs(rows: list[dict], sm: str) -> list[dict]:
     return grouped
 
 
+def span(first: str, last: str) -> str:
+    """A run of releases as a range ("0.5.13–0.5.19"), or the one release."""
+    return first if first == last else f"{first}–{last}"
+
+
+def defaults(rows: list[dict], sm: str) -> list[dict]:
+    """The releases of ``sm`` in release order, grouped into runs of one default prefill graph
+    (what the release resolves with no flag; None where its resolution was not recorded)."""
+    mine = sorted(
+        (r for r in rows if r["sm"] == sm), key=lambda r: versions.order(r["sglang_version"])
+    )
+    grouped: list[dict] = []
+    for row in mine:
+        graph = row.get("default_prefill")
+        if grouped and grouped[-1]["default_prefill"] == graph:
+            grouped[-1]["to"] = row["sglang_version"]
+        else:
+            grouped.append({"sm": sm, "from": row["sglang_version"], "to": row["sglang_version"],
+                            "default_prefill": graph, "rule": row.get("default_rule")})  # fmt: skip
+    return grouped
+
+
 def turning_points(rows: list[dict], sm: str) -> dict:
     """The first release in which GLM-5 compiles on ``sm``, and the first after it in which it
     is measured again and does not (None where there is none)."""
@@ -73,7 +96,13 @@ def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
     if compiles:
         r = compiles[-1]
         flag = "no flag" if r["flag"] == "none needed" else f"`{r['flag']}`"
-        return f"SGLang {r['sglang_version']} with {flag} (compiles as released, equals eager)"
+        given = (
+            f"; with no flag it gives {r['default_prefill']}"
+            if r.get("default_prefill") and r["default_prefill"] != "tc_piecewise"
+            else ""
+        )
+        return (f"SGLang {r['sglang_version']} with {flag} (tc_piecewise compiles as released, "
+                f"equals eager{given})")  # fmt: skip
     patched = [r for r in mine if r["outcome"] == "blocked" and r["compiles_with_patch"]
                and r["equals_eager"]]  # fmt: skip
     if patched:
@@ -87,16 +116,16 @@ def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
 
 def sentence(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
     """One sentence per SM: its runs, the turning points and the recommendation."""
-    said = "; ".join(
-        f"{g['from']}" + (f"-{g['to']}" if g["to"] != g["from"] else "") + f" {g['state']}"
-        for g in runs(rows, sm)
-    )
+    said = "; ".join(f"{span(g['from'], g['to'])} {g['state']}" for g in runs(rows, sm))
+    given = "; ".join(f"{span(g['from'], g['to'])} {g['default_prefill'] or 'unknown'}"
+                      for g in defaults(rows, sm))  # fmt: skip
     points = turning_points(rows, sm)
     first = (f"first compiles in {points['first_compiles']}" if points["first_compiles"]
              else "compiles in no measured release")  # fmt: skip
     again = (f", stops again in {points['stops_again']} ({points['stops_at']})"
              if points["stops_again"] else "")  # fmt: skip
-    return f"SM{sm}: {said}. {model} {first}{again}. Run: {recommendation(rows, sm, model)}."
+    return (f"SM{sm}: {said}. {model} {first}{again}. By default the release gives: {given}. "
+            f"Run: {recommendation(rows, sm, model)}.")  # fmt: skip
 
 
 def text(rows: list[dict]) -> str:
@@ -107,8 +136,38 @@ def text(rows: list[dict]) -> str:
 def timeline(rows: list[dict], model: str = "GLM-5") -> dict:
     """Per SM: its runs, turning points, recommendation and sentence, for the records."""
     return {
-        sm: {"runs": runs(rows, sm), **turning_points(rows, sm),
+        sm: {"runs": runs(rows, sm), "defaults": defaults(rows, sm), **turning_points(rows, sm),
              "recommendation": recommendation(rows, sm, model),
              "sentence": sentence(rows, sm, model)}
         for sm in dict.fromkeys(r["sm"] for r in rows)
     }  # fmt: skip
+
+
+def what(r: dict) -> str:
+    """One cell in a few words: its outcome, blocker and what the patch gave."""
+    if r["outcome"] == "blocked":
+        if not r["compiles_with_patch"]:
+            return f"blocked at {r['blocked_at']}"
+        same = "equals" if r["equals_eager"] else "differs from"
+        return f"blocked at {r['blocked_at']}; patch {'+'.join(r['patch'])}: compiles, {same} eager"
+    if r["outcome"] in ("not applicable", "not measured"):
+        return f"{r['outcome']} ({decide.short(r['note'])})"
+    return "compiles as released"
+
+
+def compact(rows: list[dict]) -> list[str]:
+    """One line per release, SMs with the same outcome grouped: the decision report's quote."""
+    lines = []
+    for version in dict.fromkeys(r["sglang_version"] for r in rows):
+        groups: dict[str, list[str]] = {}
+        mine = [r for r in rows if r["sglang_version"] == version]
+        for r in mine:
+            said = f"{what(r)} [{', '.join(r['evidence']) or 'no evidence'}]; MoE: {r['moe']}"
+            groups.setdefault(said, []).append(f"SM{r['sm']}")
+        said = "; ".join(f"{'/'.join(sms)} {cell}" for cell, sms in groups.items())
+        model = (
+            next((r["model_class"] for r in mine if r["model_class"]), None) or "model not built"
+        )
+        lines.append(f"SGLang {version} ({model.split('.')[-1]}): GLM-5 flag: {mine[0]['flag']} "
+                     f"({mine[0]['flag_why']}); {said}")  # fmt: skip
+    return lines

@@ -1,0 +1,127 @@
+"""What upstream itself saw of GLM-5 with prefill graphs, next to the replay's cells: agree,
+disagree, or why the two cannot be compared.
+
+Each fact is a citation (upstream's CI, an issue with its logs), never an outcome of fp4lab's:
+it names the releases and SM it was seen on and what was seen; ``agreement`` reads the replay's
+decision rows for the same cells and says whether they say the same, comparing only what the
+replay measured (the resolution, the trace, the compiled output), never the kernels it stood in
+for.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from fp4lab.serving.replay import decide, timeline, versions
+
+AGREE, DISAGREE, NOT_COMPARABLE = "agree", "disagree", "not comparable"
+
+STOOD_IN = ("the replay stands in for the attention backend and DeepGEMM and does not check "
+            "their kernels' architectures (kernel availability is not measured yet)")  # fmt: skip
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One thing upstream saw: where (``source``, ``url``), on which releases and SM, and what."""
+
+    source: str
+    url: str
+    releases: tuple[str, ...]
+    sm: str
+    said: str
+    compare: Callable[[dict], tuple[str, str]]
+
+
+def _ci_runs(row: dict) -> tuple[str, str]:
+    if row["outcome"] == "compiles":
+        return AGREE, "compiles as released and equals eager"
+    if row["outcome"] in ("blocked", "wrong output"):
+        return DISAGREE, f"the replay says {row['outcome']}: {decide.short(row['note'])}"
+    return NOT_COMPARABLE, f"{row['outcome']}: {decide.short(row['note'])}"
+
+
+def _dsa_trtllm_fp8(row: dict) -> tuple[str, str]:
+    chosen = row.get("kernel_backends") or {}
+    if not chosen:
+        return NOT_COMPARABLE, "the release's resolution was not recorded"
+    picked = (chosen.get("dsa_prefill_backend") or chosen.get("nsa_prefill_backend"),
+              chosen.get("dsa_decode_backend") or chosen.get("nsa_decode_backend"),
+              chosen.get("kv_cache_dtype"))  # fmt: skip
+    said = f"the release resolves prefill={picked[0]}, decode={picked[1]}, KV {picked[2]}"
+    verdict = AGREE if picked == ("trtllm", "trtllm", "fp8_e4m3") else DISAGREE
+    return verdict, f"{said}; the runner's failure itself: not comparable ({STOOD_IN})"
+
+
+def _deepgemm(row: dict) -> tuple[str, str]:
+    return NOT_COMPARABLE, f"{STOOD_IN}; the replay's cell: {row['outcome']}"
+
+
+def _musa_probe(row: dict) -> tuple[str, str]:
+    met = decide.BLOCKERS["musa_probe_constant"] in row.get("blockers", [])
+    if row["outcome"] not in decide.MEASURED:
+        return NOT_COMPARABLE, f"{row['outcome']}: {decide.short(row['note'])}"
+    return (
+        (AGREE, "blocked at the same probe")
+        if met
+        else (DISAGREE, f"the replay met no is_musa blocker ({row['outcome']})")
+    )
+
+
+FACTS = (
+    Fact("upstream CI (test_pcg_glm5_fp4.py)",
+         "https://github.com/sgl-project/sglang/tree/main/test",
+         tuple(v for v in versions.VERSIONS if versions.order("0.5.13") <= versions.order(v)
+               <= versions.order("0.5.21")), "10.0",
+         "GLM-5-NVFP4 served with tc_piecewise prefill graphs on B200 passes CI", _ci_runs),
+    Fact("sglang#26087", "https://github.com/sgl-project/sglang/issues/26087", ("0.5.12",), "12.0",
+         "GLM-5.1-NVFP4 on 8x RTX PRO 6000: every DSA backend stops at start-up at DeepGEMM's "
+         "\"Unsupported architecture\"", _deepgemm),
+    Fact("sglang#29562", "https://github.com/sgl-project/sglang/issues/29562",
+         tuple(v for v in versions.VERSIONS if versions.order("0.5.14") <= versions.order(v)
+               <= versions.order("0.5.21")), "12.0",
+         "GLM-5.2-NVFP4 on RTX PRO 6000 (a dev image): \"Set DSA backends for fp8_e4m3 KV Cache: "
+         "prefill=trtllm, decode=trtllm\", then the tc_piecewise compile pass stops in FlashInfer's "
+         "TllmGenFmhaRunner: \"Unsupported architecture\"", _dsa_trtllm_fp8),
+    Fact("sglang#39054", "https://github.com/sgl-project/sglang/issues/39054", ("0.5.21",), "all",
+         "on a real GPU, dynamo stops at is_musa()'s import probe inside the traced forward",
+         _musa_probe),
+)  # fmt: skip
+"""The upstream facts the replay is held against (each release's cell of the SM named; ``all``
+for every SM)."""
+
+
+def agreement(rows: list[dict]) -> list[dict]:
+    """One row per fact and replayed cell it names: the fact, the cell and the verdict with why;
+    a fact whose cells this run did not replay says so."""
+    found = []
+    for fact in FACTS:
+        cells = [r for r in rows if r["sglang_version"] in fact.releases
+                 and (fact.sm == "all" or r["sm"] == fact.sm)]  # fmt: skip
+        for row in cells:
+            verdict, why = fact.compare(row)
+            found.append({"source": fact.source, "upstream saw": fact.said,
+                          "release": row["sglang_version"], "SM": row["sm"],
+                          "replay": row["outcome"], "verdict": verdict, "why": why,
+                          "url": fact.url})  # fmt: skip
+        if not cells:
+            found.append({"source": fact.source, "upstream saw": fact.said,
+                          "release": ", ".join(fact.releases), "SM": fact.sm, "replay": "",
+                          "verdict": NOT_COMPARABLE, "why": "not replayed in this run",
+                          "url": fact.url})  # fmt: skip
+    return found
+
+
+def grouped(found: list[dict]) -> list[dict]:
+    """``agreement``'s rows with consecutive releases of one fact, SM, verdict and why as one
+    row, the releases as a range."""
+    rows: list[dict] = []
+    for row in found:
+        last = rows[-1] if rows else None
+        same = last and all(last[k] == row[k] for k in ("source", "SM", "replay", "verdict", "why"))
+        if same and row["release"] in versions.VERSIONS:
+            last["to"] = row["release"]
+            last["release"] = timeline.span(last["from"], row["release"])
+        else:
+            rows.append({**row, "from": row["release"], "to": row["release"]})
+    return [{k: v for k, v in r.items() if k not in ("from", "to")} for r in rows]
