@@ -50,11 +50,6 @@ def runs(rows: list[dict], sm: str) -> list[dict]:
     return grouped
 
 
-def span(first: str, last: str) -> str:
-    """A run of releases as a range ("0.5.13–0.5.19"), or the one release."""
-    return first if first == last else f"{first}–{last}"
-
-
 def defaults(rows: list[dict], sm: str) -> list[dict]:
     """The releases of ``sm`` in release order, grouped into runs of one default prefill graph
     (what the release resolves with no flag; None where its resolution was not recorded)."""
@@ -116,8 +111,8 @@ def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
 
 def sentence(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
     """One sentence per SM: its runs, the turning points and the recommendation."""
-    said = "; ".join(f"{span(g['from'], g['to'])} {g['state']}" for g in runs(rows, sm))
-    given = "; ".join(f"{span(g['from'], g['to'])} {g['default_prefill'] or 'unknown'}"
+    said = "; ".join(f"{versions.span(g['from'], g['to'])} {g['state']}" for g in runs(rows, sm))
+    given = "; ".join(f"{versions.span(g['from'], g['to'])} {g['default_prefill'] or 'unknown'}"
                       for g in defaults(rows, sm))  # fmt: skip
     points = turning_points(rows, sm)
     first = (f"first compiles in {points['first_compiles']}" if points["first_compiles"]
@@ -171,3 +166,16 @@ def compact(rows: list[dict]) -> list[str]:
         lines.append(f"SGLang {version} ({model.split('.')[-1]}): GLM-5 flag: {mine[0]['flag']} "
                      f"({mine[0]['flag_why']}); {said}")  # fmt: skip
     return lines
+
+
+def tally(rows: list[dict]) -> str:
+    """The cells in one line: how many of each outcome, and each kind of harness failure (its
+    frame) with its count."""
+    import collections
+
+    outcomes = collections.Counter(r["outcome"] for r in rows)
+    failures = collections.Counter(r.get("harness_frame") or "no frame" for r in rows
+                                   if r["outcome"] == "not measured")  # fmt: skip
+    said = ", ".join(f"{outcomes[o]} {o}" for o in decide.OUTCOMES if outcomes[o])
+    failed = "; ".join(f"{n} at {frame}" for frame, n in failures.most_common())
+    return f"{len(rows)} cells: {said}" + (f"; not measured: {failed}" if failed else "")
