@@ -62,11 +62,13 @@ def per_sm() -> str:
     if not timeline:
         return ""
     lines = ["| SM | tc_piecewise compiles in | blocked in | with no flag the release gives | "
-             "what to run |", "|---|---|---|---|---|"]  # fmt: skip
+             "what to run | the kernels it resolves (their availability not checked) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
     for sm in sorted(timeline, key=float):
         line = timeline[sm]
         cells = [f"SM{sm}", _where(line["runs"], "compiles") or "none",
-                 _where(line["runs"], "blocked") or "none", _defaults(line), line["recommendation"]]  # fmt: skip
+                 _where(line["runs"], "blocked") or "none", _defaults(line), line["recommendation"],
+                 line.get("kernels") or ""]  # fmt: skip
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
