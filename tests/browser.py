@@ -9,6 +9,7 @@ fails, for CI must install it (.ci/run does).
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -17,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from fp4lab.core import paths, runner
+from fp4lab.core import evidence, paths, runner
 
 WIDTH = 1300
 """The window every exported page must fit, in CSS pixels."""
@@ -41,6 +42,63 @@ warning is known by its category ("UserWarning: "): dynamo's ``lru_cache`` warni
 noise, its words quoted on purpose (notebook 01's cache warnings) are not."""
 
 
+LAYOUT = """() => {
+    const top = e => e.getBoundingClientRect().top + window.scrollY;
+    const verdicts = %s;
+    const verdict = [...document.querySelectorAll('strong, b')].find(
+        e => verdicts.includes(e.innerText.trim()));
+    const shown = document.querySelector('img, table');
+    const streams = [...document.querySelectorAll(
+        '[data-mime-type="application/vnd.jupyter.stdout"], [data-mime-type="application/vnd.jupyter.stderr"]')];
+    return {
+        verdict_top: verdict ? top(verdict) : null,
+        shown_top: shown ? top(shown) : null,
+        tall_cells: [...document.querySelectorAll('td, th')].filter(
+            c => c.getBoundingClientRect().height > %d).map(c => c.innerText.slice(0, 60)).slice(0, 5),
+        truncated: [...document.querySelectorAll('td, th')].filter(
+            c => ['...', '\u2026'].includes(c.innerText.trim())).length,
+        stream_lines: streams.reduce((n, e) => n + e.innerText.split('\\n').filter(l => l.trim()).length, 0),
+    };
+}"""
+"""Where a page's answer is and what would make it hard to read: the top of its first verdict
+(a bold word of ``evidence.VERDICTS``) and of its first figure or table, table cells taller than
+``TALL_CELL``, pandas' truncation rows, and the lines of stream output it shows."""
+FIRST_SCREEN = 1400
+"""How far down, in CSS pixels at WIDTH, a page's verdict and first figure or table must be."""
+TALL_CELL = 240
+"""The tallest a table cell may be, in CSS pixels."""
+STREAM_LINES = 40
+"""The most lines of stream output (stdout, stderr) a page may show."""
+
+
+def machine_paths(text: str) -> list[str]:
+    """Absolute paths of this machine a page's text shows: the checkout, home, temporary folder."""
+    import tempfile
+
+    roots = {str(paths.REPO_ROOT), os.path.expanduser("~"), tempfile.gettempdir()}
+    return sorted({m.group(0) for root in roots if len(root) > 1
+                   for m in re.finditer(re.escape(root) + r"/[^\s'\"]*", text)})[:5]  # fmt: skip
+
+
+def readable(found: dict, answer_first: bool) -> list[str]:
+    """What makes a rendered page (``rendered``'s layout) hard to read, in words; with
+    ``answer_first``, also a verdict or first figure or table below ``FIRST_SCREEN``."""
+    layout, said = found["layout"], []
+    if answer_first and (layout["verdict_top"] is None or layout["verdict_top"] > FIRST_SCREEN):
+        said.append(f"its verdict is not within {FIRST_SCREEN} px (at {layout['verdict_top']})")
+    if answer_first and (layout["shown_top"] is None or layout["shown_top"] > FIRST_SCREEN):
+        said.append(f"no figure or table within {FIRST_SCREEN} px (at {layout['shown_top']})")
+    if layout["tall_cells"]:
+        said.append(f"cells taller than {TALL_CELL} px: {layout['tall_cells']}")
+    if layout["truncated"]:
+        said.append(f"{layout['truncated']} truncated table cells")
+    if layout["stream_lines"] > STREAM_LINES:
+        said.append(f"{layout['stream_lines']} lines of stream output (at most {STREAM_LINES})")
+    if machine_paths(found["text"]):
+        said.append(f"machine paths: {machine_paths(found['text'])}")
+    return said
+
+
 def chromium() -> str | None:
     """Chromium's executable, None where it is not installed; on CI a missing one fails."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -49,9 +107,11 @@ def chromium() -> str | None:
     return found
 
 
-def rendered(page_path: Path, shot: Path) -> dict:
-    """The page at WIDTH in headless Chromium, which it must fit: its first screen's text, width,
-    overflowing elements, table row counts, whole text; a full-page screenshot in ``shot``."""
+def rendered(page_path: Path, shot: Path, answer_first: bool = False) -> dict:
+    """The page at WIDTH in headless Chromium, which it must fit and be readable in (``readable``;
+    with ``answer_first`` its verdict and a figure or table on the first screen): its first
+    screen's text, width, overflowing elements, table row counts, layout, whole text; a full-page
+    screenshot in ``shot``."""
     executable = chromium()
     if executable is None:
         pytest.skip(
@@ -84,12 +144,15 @@ def rendered(page_path: Path, shot: Path) -> dict:
                     "() => [...document.querySelectorAll('table')].map(t => t.rows.length)"
                 ),
                 "text": page.inner_text("body"),
+                "layout": page.evaluate(LAYOUT % (json.dumps(list(evidence.VERDICTS)), TALL_CELL)),
             }
             page.screenshot(path=str(shot), full_page=True)
         finally:
             browser.close()
     assert found["page_width"] <= WIDTH, f"the page is {found['page_width']} px wide at {WIDTH} px"
     assert found["overflowing"] == [], f"elements wider than their box: {found['overflowing']}"
+    hard = readable(found, answer_first)
+    assert hard == [], f"{page_path.name} is hard to read: {'; '.join(hard)}"
     return found
 
 
@@ -126,13 +189,13 @@ def clean(page_path: Path) -> str:
     return text
 
 
-def exported(executed: Path) -> str:
+def exported(executed: Path, answer_first: bool = False) -> str:
     """``executed`` exported as the runner exports it (to html/ beside its folder); the text of
-    its page, once it is free of NOISE (``clean``) and fits WIDTH in Chromium (``rendered``, the
-    screenshot in build/test/)."""
+    its page, once it is free of NOISE (``clean``) and fits WIDTH in Chromium, readable
+    (``rendered``, the screenshot in build/test/)."""
     page = runner.export_html(executed, executed.parent.parent / "html")
     text = clean(page)
-    rendered(page, paths.build_dir() / "test" / f"{executed.stem}.png")
+    rendered(page, paths.build_dir() / "test" / f"{executed.stem}.png", answer_first)
     return text
 
 

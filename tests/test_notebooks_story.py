@@ -351,7 +351,7 @@ def test_10_report_decides_from_the_records(story):
 @pytest.mark.browser
 def test_10_report_renders_in_headless_chromium(story):
     shot = paths.build_dir() / "test" / "10_decision_report.png"
-    seen = rendered(story / "html" / "10_decision_report.html", shot)
+    seen = rendered(story / "html" / "10_decision_report.html", shot, answer_first=True)
     assert "Was piecewise CUDA graphs really blocked?" in seen["first_screen"]
     assert "What the alternatives are worth." in seen["first_screen"]
     assert len(seen["tables"]) >= 3 and seen["tables"][0] == 1 + len(decision.QUESTIONS)
@@ -361,7 +361,9 @@ def test_10_report_renders_in_headless_chromium(story):
 
 @pytest.mark.browser
 def test_the_index_leads_with_the_answer_and_gives_each_notebooks_verdict(story):
-    seen = rendered(story / "html" / "index.html", paths.build_dir() / "test" / "index.png")
+    seen = rendered(
+        story / "html" / "index.html", paths.build_dir() / "test" / "index.png", answer_first=True
+    )
     lines = [line for line in seen["first_screen"].splitlines() if line.strip()]
     assert lines[0] == "fp4lab: which serving optimizations work for FP4 models"
     assert lines[1].startswith("Was piecewise CUDA graphs really blocked? As the story compiled "

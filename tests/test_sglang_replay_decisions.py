@@ -127,7 +127,7 @@ def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():
     assert said["verdict"] == "UNBLOCKED"
     assert said["number"] == ("compiles in 1, blocked in 0 of 1 reachable release x SM traced; "
                               "3 not measured (fp4lab's harness failed)")  # fmt: skip
-    assert "not measured (harness): 0.5.13 SM9.0, 0.5.13 SM10.0, 0.5.13 SM12.0" in said["why"]
+    assert "not measured (harness): SM9.0 0.5.13; SM10.0 0.5.13; SM12.0 0.5.13" in said["why"]
 
 
 def test_not_applicable_needs_the_releases_own_evidence():
@@ -354,3 +354,13 @@ def test_upstreams_facts_are_held_against_the_replays_cells_both_ways():
         ("0.5.13–0.5.14", "agree"), ("0.5.15", "disagree")]  # fmt: skip
     missing = upstream.agreement([_row("0.5.9", "12.0", "blocked")])
     assert {r["why"] for r in missing} == {"not replayed in this run"}
+
+
+def test_releases_are_written_as_ranges_in_release_order():
+    v = versions.VERSIONS
+    assert (
+        versions.ranges([v[13], v[11], v[12], v[20], v[8]]) == f"{v[8]}, {v[11]}–{v[13]}, {v[20]}"
+    )
+    assert versions.by_sm([(v[11], "12.0"), (v[12], "12.0"), (v[12], "9.0")]) == (
+        f"SM9.0 {v[12]}; SM12.0 {v[11]}–{v[12]}"
+    )

@@ -37,7 +37,7 @@ from functools import cache
 from importlib import metadata
 from pathlib import Path
 
-from fp4lab.core import paths, process
+from fp4lab.core import paths, process, progress
 
 STAMP = ".fp4lab-ready"
 BYTECODE = ("fp4lab-bytecode.pth", "import sys; sys.dont_write_bytecode = False\n")
@@ -162,16 +162,11 @@ def _failure(label: str, output: str) -> str:
     return f"{label} failed: {' | '.join(tail)}"
 
 
-def _in_notebook() -> bool:
-    """Whether this process is a Jupyter kernel (its stderr is a notebook's output)."""
-    return "ipykernel" in sys.modules
-
-
 def _run(label: str, command: list[str], log: Path) -> str:
     """Run one uv command, its output kept in ``log`` and shown on stderr as it comes, except in
     a notebook (an exported report would carry every installed package); '' when it succeeded,
     else why it failed."""
-    stream = not _in_notebook()
+    stream = not progress.in_kernel()
     if stream:
         print(f"[env] {label}", file=sys.stderr, flush=True)
     with log.open("a") as out:

@@ -15,7 +15,7 @@ from pandas.io.formats.style import Styler
 
 from fp4lab.core import paths, records
 from fp4lab.core.figures import provenance_line
-from fp4lab.report import view
+from fp4lab.report import answers, view
 from fp4lab.report.story import STORY_STEPS, of_kind
 
 
@@ -152,17 +152,14 @@ def answer() -> str:
 
 
 def sglang_per_sm() -> str:
-    """GLM-5 through SGLang's releases, one sentence per SM (runs of releases, the first that
-    compiles, any that stops again, what to run), from notebook 11's summary; '' before a run
-    that recorded a timeline."""
-    found = of_kind(records.latest("11_sglang_piecewise_replay"), "summary")
-    timeline = found[-1]["values"].get("timeline") if found else None
-    if not timeline:
+    """GLM-5 through SGLang's releases per SM: notebook 11's grid and its per-SM table ('' before
+    a run that recorded a timeline)."""
+    table = answers.per_sm()
+    if not table:
         return ""
-    lines = "\n".join(f"- {timeline[sm]['sentence']}" for sm in sorted(timeline, key=float))
-    return (
-        f"**GLM-5 through SGLang's releases, per SM** (trace on a simulated target):\n{lines}\n\n"
-    )
+    return (f"**GLM-5 through SGLang's releases, per SM** (trace on a simulated target; "
+            f"tc_piecewise is the story's path, not what every release gives with no flag):\n\n"
+            f"{answers.grid_html()}\n\n{table}\n")  # fmt: skip
 
 
 def provenance_table() -> pd.DataFrame:

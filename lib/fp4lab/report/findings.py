@@ -8,7 +8,8 @@ from __future__ import annotations
 
 import re
 
-from fp4lab.core import records
+from fp4lab.core import paths, records
+from fp4lab.report import answers
 from fp4lab.report.story import of_kind, story_table
 
 
@@ -31,8 +32,27 @@ def _summary_line(notebook: str, label: str) -> str:
     if "verdict" not in v:
         return f"- {label} ({where}): {v['status']}; {v['headline']}."
     levels = ", ".join(v.get("evidence") or []) or "a timing"
+    head = f"- {label}: **{v['verdict']}**, {v['number']} ({levels} on {where})."
     why = v["why"][:1].upper() + v["why"][1:]
-    return f"- {label}: **{v['verdict']}**, {v['number']} ({levels} on {where}). {why}."
+    return f"{head} {within(why, WORDS - len(head.split()), notebook)}"
+
+
+WORDS = 120
+"""The most words of prose a finding says; the rest is on its notebook's page."""
+
+
+def within(text: str, words: int, notebook: str) -> str:
+    """``text`` cut to its first sentences (or clauses) of at most ``words`` words; where cut,
+    a pointer to the notebook's page, which says the rest."""
+    if len(text.split()) <= words:
+        return text.rstrip(".") + "."
+    kept: list[str] = []
+    for part in re.split(r"(?<=[.;])\s+", text):
+        if len(" ".join([*kept, part]).split()) > words - 6:
+            break
+        kept.append(part)
+    said = " ".join(kept).rstrip(".;") if kept else " ".join(text.split()[: words - 6])
+    return f"{said}; the rest on {notebook}'s page."
 
 
 def _story_line() -> str:
@@ -70,45 +90,40 @@ def _matrix_line() -> str:
 
 
 def _sglang_line() -> str:
-    rows = _latest("11_sglang_piecewise_replay", "summary")
+    rows = _latest(answers.SGLANG, "summary")
     if not rows:
         return "- GLM-5 in SGLang's piecewise runner: not measured at this commit."
     v = rows[-1]["values"]
-    decisions = [r["values"] for r in _latest("11_sglang_piecewise_replay", "decision")]
-    timeline = v.get("timeline") or {}
-    per_sm = " ".join(timeline[sm]["sentence"] for sm in sorted(timeline, key=float))
+    decisions = [r["values"] for r in _latest(answers.SGLANG, "decision")]
     blocked = [r for r in decisions if r["outcome"] == "blocked"]
     fixed = [r for r in blocked if r["compiles_with_patch"] and r["equals_eager"]]
-    unfixed = [f"{r['sglang_version']} SM{r['sm']}" for r in blocked if r not in fixed]
-    patch = (
-        f" fp4lab's patch makes {len(fixed)} of the {len(blocked)} blocked release x SM compile "
-        "and equal eager in the CPU replay"
-        + (f"; {', '.join(unfixed)} meet a blocker it has no part for." if unfixed else ".")
-        if blocked
-        else ""
-    )
-    harness = v.get("not_measured_harness") or {}
-    apart = (f" Not measured, fp4lab's harness failed: {', '.join(harness)}." if harness
-             else "")  # fmt: skip
-    return (
-        f"- GLM-5 in SGLang's piecewise runner, every release x SM: **{v['verdict']}**, "
-        f"{v['number']} (on {_where(rows[-1])}). {per_sm}{patch}{apart}"
-    )
-
-
-_PARAM = re.compile(r"(\w+): ")
+    patch = (f" fp4lab's patch makes {len(fixed)} of the {len(blocked)} blocked cells compile and "
+             f"equal eager." if blocked else "")  # fmt: skip
+    return (f"- GLM-5 through each SGLang release's tc_piecewise prefill graphs (notebook 11, on "
+            f"{_where(rows[-1])}): **{v['verdict']}**, {v['number']}.{patch} Per SM, below.")  # fmt: skip
 
 
 def _models_line() -> str:
-    """Notebook 14's decision and, per model and SM, its timeline sentence."""
-    label = "Each built-in FP4 model in SGLang's piecewise runner, every release x SM"
-    head = _summary_line("14_fp4_model_matrix", label)
-    rows = _latest("14_fp4_model_matrix", "summary")
-    if not rows:
-        return head
-    per = " ".join(f"{name} {t['sentence']}" for name, sms in rows[-1]["values"]["timelines"].items()
-                   for t in sms.values())  # fmt: skip
-    return f"{head} Per model and SM: {per}"
+    """Notebook 14's decision in one line; its table follows the findings."""
+    return _summary_line(answers.MODELS, "Each built-in FP4 model through SGLang's tc_piecewise "
+                         "prefill graphs, every release x SM (notebook 14)") + " Per model, below."  # fmt: skip
+
+
+def _tables() -> str:
+    """The SGLang replay's answers as tables after the findings (``answers``), with the grid."""
+    parts = []
+    if answers.per_sm():
+        grid = f"figures/{answers.GRID}.png"  # the committed one, as README shows it
+        figure = (
+            f"\n![GLM-5 per release and SM]({grid})\n" if (paths.REPO_ROOT / grid).exists() else ""
+        )
+        parts.append(f"#### GLM-5 per SM (notebook 11)\n\n{answers.per_sm()}{figure}")
+    if answers.per_model():
+        parts.append(f"#### Each built-in model per SM (notebook 14)\n\n{answers.per_model()}")
+    return "\n".join(parts)
+
+
+_PARAM = re.compile(r"(\w+): ")
 
 
 def _audit_unspecified_line(sm: str = "12.0") -> str:
@@ -123,13 +138,12 @@ def _audit_unspecified_line(sm: str = "12.0") -> str:
     left = [r for r in rows if r["verdict"] == "no input spec"]
     params = {r["entry_point"]: ", ".join(_PARAM.findall(r["reason"])) for r in left}
     named = "; ".join(f"`{name}` ({found or 'no signature'})" for name, found in params.items())
-    return (
-        f"- FP4 entry points left without an input spec (FlashInfer {version}, SM{sm}): "
-        f"{len(left)} of {len(rows)}, so not audited; each names the parameters that neither "
-        "the parameter table, the docstring nor the annotation gives (a multi-rank workspace, "
-        f"a symmetric-memory buffer, a CuTe DSL compile-time type, a shape no docstring states): "
-        f"{named or 'none'}."
-    )
+    text = (f"{len(left)} of {len(rows)}, so not audited; each names the parameters that neither "
+            "the parameter table, the docstring nor the annotation gives (a multi-rank workspace, "
+            f"a symmetric-memory buffer, a CuTe DSL compile-time type, a shape no docstring "
+            f"states): {named or 'none'}")  # fmt: skip
+    head = f"- FP4 entry points left without an input spec (FlashInfer {version}, SM{sm}):"
+    return f"{head} {within(text, WORDS - len(head.split()), '12_fp4_api_audit')}"
 
 
 def findings() -> str:
@@ -147,7 +161,8 @@ def findings() -> str:
         _summary_line("04_fullgraph_false_tradeoff", "fullgraph=False instead"),
         _summary_line("13_sglang_cpu_server", "A live SGLang server on this CPU"),
     ]
-    return "\n".join(lines) + "\n"
+    tables = _tables()
+    return "\n".join(lines) + "\n" + (f"\n{tables}" if tables else "")
 
 
 def _bytes_gb(n: float) -> str:

@@ -258,13 +258,11 @@ def decision(rows: list[dict]) -> dict:
     user can reach torch.compile piecewise graphs and the model was traced; cells fp4lab's
     harness failed to measure are counted apart."""
     traced = [r for r in rows if r["outcome"] in MEASURED]
-    blocked = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "blocked"]
-    wrong = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "wrong output"]
-    compiles = [f"{r['sglang_version']} SM{r['sm']}" for r in traced if r["outcome"] == "compiles"]
+    blocked = [(r["sglang_version"], r["sm"]) for r in traced if r["outcome"] == "blocked"]
+    wrong = [(r["sglang_version"], r["sm"]) for r in traced if r["outcome"] == "wrong output"]
+    compiles = [(r["sglang_version"], r["sm"]) for r in traced if r["outcome"] == "compiles"]
     patched = [r for r in traced if r["outcome"] == "blocked" and r["equals_eager"]]
-    unmeasured = [
-        f"{r['sglang_version']} SM{r['sm']}" for r in rows if r["outcome"] == "not measured"
-    ]
+    unmeasured = [(r["sglang_version"], r["sm"]) for r in rows if r["outcome"] == "not measured"]
     unreachable = sorted({r["sglang_version"] for r in rows if r["outcome"] == "not applicable"
                           and r["flag"] == "none reaches it"}, key=versions.order)  # fmt: skip
     apart = f"; {len(unmeasured)} not measured (fp4lab's harness failed)" if unmeasured else ""
@@ -277,16 +275,14 @@ def decision(rows: list[dict]) -> dict:
     parts = sorted({p for r in traced for p in r["patch"]}, key=patch.PARTS.index)
     why = (f"SGLang's own {glm5.ARCHITECTURE} (tiny config, NVFP4, dummy weights) traced through "
            f"each release's piecewise runner; compiles as released in "
-           f"{', '.join(compiles) or 'none'}; blocked in {', '.join(blocked) or 'none'}"
-           + (f"; compiles but does NOT equal eager in {', '.join(wrong)}" if wrong else "")
+           f"{versions.by_sm(compiles) or 'none'}; blocked in {versions.by_sm(blocked) or 'none'}"
+           + (f"; compiles but does NOT equal eager in {versions.by_sm(wrong)}" if wrong else "")
            + (f"; fp4lab's patch ({', '.join(parts)}) makes {len(patched)} of the blocked "
               f"compile and equal eager" if parts else ""))  # fmt: skip
     if unreachable:
-        why += (
-            f"; no GLM-5 option reaches torch.compile piecewise graphs in {', '.join(unreachable)}"
-        )
+        why += f"; no GLM-5 option reaches torch.compile piecewise graphs in {versions.ranges(unreachable)}"
     if unmeasured:
-        why += f"; not measured (harness): {', '.join(unmeasured)}"
+        why += f"; not measured (harness): {versions.by_sm(unmeasured)}"
     differs = f", wrong output in {len(wrong)}" if wrong else ""
     number = (f"compiles in {len(compiles)}, blocked in {len(blocked)}{differs} of {len(traced)} "
               f"reachable release x SM traced{apart}")  # fmt: skip

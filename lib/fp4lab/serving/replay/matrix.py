@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from fp4lab.core import evidence, records
+from fp4lab.core.progress import say
 from fp4lab.serving.replay import decide, models, pool, timeline, versions
 
 NAME = "14_fp4_model_matrix"
@@ -39,7 +40,7 @@ def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[di
 
 
 def measure(chosen: list[models.Model], sglang_versions: list[str], sms: list[str],
-            progress: Callable[[str], object] = print, fresh: bool = False) -> list[pool.VersionRun]:  # fmt: skip
+            progress: Callable[[str], object] = say, fresh: bool = False) -> list[pool.VersionRun]:  # fmt: skip
     """Every model of ``chosen`` on every release x SM, as notebook 14 and its benchmark run it:
     each model's patch walk, kept from notebook 11's children where they walked it alongside
     (none with ``fresh``)."""
@@ -59,6 +60,7 @@ def measure_and_record(rec: records.Recorder) -> list[dict]:
             for sm, replay in run.by_model.get(model.name, {}).items():
                 rows.append(row(model, run.version, sm, replay, run.calls))
                 rec.add("decision", rows[-1], target={"sm": sm, "simulated": True})
+    print(timeline.tally(rows))  # the page's one line; each replay's went to the terminal
     per_model = {m.name: [r for r in rows if r["model"] == m.name] for m in chosen}
     rec.summary(**{
         "status": "measured" if any(r["outcome"] in decide.MEASURED for r in rows)

@@ -19,16 +19,28 @@ PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer spli
               "dsa_attention_split_op": "DSA attn split", "musa_probe_constant": "musa const"}  # fmt: skip
 
 
+def patch_text(row: dict) -> str:
+    """What fp4lab's patch gave a blocked cell, in a few words ('' where none was tried)."""
+    if not row["patch"]:
+        return ""
+    done = "compiles" if row["compiles_with_patch"] else "still blocked"
+    done += ", = eager" if row["compiles_with_patch"] and row["equals_eager"] else ""
+    return f"{' + '.join(PART_SHORT.get(p, p) for p in row['patch'])}: {done}"
+
+
 def table(rows: list[dict]) -> object:
-    """The decision table as a DataFrame: version x SM, outcome, op, counts, flag; a cell with
-    nothing to say is empty (not NaN, not None)."""
+    """The decision per release and SM, eight short columns, every row, no index: what the
+    release gives with no flag, the flag that reaches tc_piecewise, the outcome, its first
+    blocker, what the patch gave, and why in a few words."""
     import pandas as pd
 
-    keep = ["sglang_version", "sm", "default_prefill", "flag", "outcome", "evidence", "blocked_at",
-            "blockers", "patch",
-            "compiles_with_patch", "equals_eager", "pieces", "expected_pieces", "moe", "quantize",
-            "model_class", "note"]  # fmt: skip
-    return pd.DataFrame([{k: r.get(k) for k in keep} for r in rows]).fillna("")
+    return pd.DataFrame([
+        {"release": r["sglang_version"], "SM": r["sm"], "with no flag": r.get("default_prefill") or "",
+         "flag for tc_piecewise": r["flag"], "outcome": r["outcome"],
+         "first blocker": timeline.state(r).removeprefix("blocked at ") if r["outcome"] == "blocked" else "",
+         "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
+        for r in rows
+    ]).style.hide(axis="index")  # fmt: skip
 
 
 def timeline_table(rows: list[dict]) -> object:
@@ -36,7 +48,7 @@ def timeline_table(rows: list[dict]) -> object:
     import pandas as pd
 
     return pd.DataFrame([
-        {"SM": g["sm"], "releases": timeline.span(g["from"], g["to"]), "outcome": g["state"]}
+        {"SM": g["sm"], "releases": versions.span(g["from"], g["to"]), "outcome": g["state"]}
         for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.runs(rows, sm)
     ])  # fmt: skip
 
@@ -46,7 +58,7 @@ def defaults_table(rows: list[dict]) -> object:
     import pandas as pd
 
     return pd.DataFrame([
-        {"SM": g["sm"], "releases": timeline.span(g["from"], g["to"]),
+        {"SM": g["sm"], "releases": versions.span(g["from"], g["to"]),
          "prefill graph with no flag": g["default_prefill"] or "", "decided at": g["rule"] or ""}
         for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.defaults(rows, sm)
     ]).style.hide(axis="index")  # fmt: skip
@@ -92,11 +104,7 @@ def cell_text(row: dict) -> str:
     """What a cell of the figure says: its state (``timeline.state``) and, where a patch was
     tried, what it gave; two short lines at most."""
     said = textwrap.shorten(timeline.state(row), 58, placeholder="...")
-    if row["patch"]:
-        done = "compiles" if row["compiles_with_patch"] else "still blocked"
-        done += ", = eager" if row["equals_eager"] else ""
-        said += f"\npatch {' + '.join(PART_SHORT.get(p, p) for p in row['patch'])} -> {done}"
-    return said
+    return said + (f"\npatch {patch_text(row)}" if row["patch"] else "")
 
 
 def plot_decision(rows: list[dict]) -> object:
@@ -137,17 +145,82 @@ def save_decision_figure(rows: list[dict], notebook: str) -> Path:
     )
 
 
+GRAPH_SHORT = {"tc_piecewise": "tc", "breakable": "brk", "full": "full", "disabled": "off"}
+"""The default prefill graph as a cell of the grid says it."""
+
+MARKS = {"compiles": "ok", "wrong output": "W", "not applicable": "-", "not measured": "?"}
+"""What a grid cell of each outcome but "blocked" says (a blocked cell names its blocker)."""
+
+
+def blocker_codes(rows: list[dict]) -> dict[str, str]:
+    """Each first blocker of the blocked cells, in release order, with a letter."""
+    found = sorted((r for r in rows if r["outcome"] == "blocked"),
+                   key=lambda r: versions.order(r["sglang_version"]))  # fmt: skip
+    firsts = dict.fromkeys(timeline.state(r).removeprefix("blocked at ") for r in found)
+    return {name: chr(ord("A") + i) for i, name in enumerate(firsts)}
+
+
+def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
+    """The answer at a glance: SMs down, releases across (release order); each cell coloured by
+    the tc_piecewise outcome, a blocked cell lettered by its first blocker (the legend names
+    each), and under it the prefill graph the release gives with no flag."""
+    import matplotlib.pyplot as plt
+
+    version_list = sorted(dict.fromkeys(r["sglang_version"] for r in rows), key=versions.order)
+    sm_list = sorted({r["sm"] for r in rows}, key=lambda s: float(s))
+    codes = blocker_codes(rows)
+    fig, ax = plt.subplots(figsize=(0.55 * len(version_list) + 1.4, 0.62 * len(sm_list) + 2.6))
+    for r in rows:
+        x, y = version_list.index(r["sglang_version"]), sm_list.index(r["sm"])
+        ax.add_patch(plt.Rectangle((x, y), 0.94, 0.9, color=COLOURS.get(r["outcome"], "#cccccc")))
+        mark = (codes[timeline.state(r).removeprefix("blocked at ")] if r["outcome"] == "blocked"
+                else MARKS.get(r["outcome"], "?"))  # fmt: skip
+        ax.text(x + 0.47, y + 0.34, mark, ha="center", va="center", fontsize=8, weight="bold")
+        given = GRAPH_SHORT.get(r.get("default_prefill") or "", "")
+        ax.text(x + 0.47, y + 0.72, given, ha="center", va="center", fontsize=5.5)
+    ax.set_xlim(0, len(version_list))
+    ax.set_ylim(len(sm_list), 0)
+    ax.set_xticks([i + 0.47 for i in range(len(version_list))], version_list, rotation=90,
+                  fontsize=7)  # fmt: skip
+    ax.set_yticks([i + 0.45 for i in range(len(sm_list))], [f"SM{s}" for s in sm_list], fontsize=8)
+    ax.tick_params(length=0)
+    for side in ax.spines.values():
+        side.set_visible(False)
+    outcomes = [plt.Rectangle((0, 0), 1, 1, color=c, label=o) for o, c in COLOURS.items()]
+    letters = [plt.Rectangle((0, 0), 1, 1, color="white", label=f"{c}: {name}")
+               for name, c in codes.items()]  # fmt: skip
+    fig.legend(handles=outcomes + letters, loc="lower left", bbox_to_anchor=(0.02, 0.0),
+               ncol=2, fontsize=6.5, frameon=False)  # fmt: skip
+    ax.set_title(f"{model} through tc_piecewise prefill graphs, per release and SM (CPU replay); "
+                 "small text: the prefill graph the release gives with no flag "
+                 f"({', '.join(f'{v} = {k}' for k, v in GRAPH_SHORT.items())})", fontsize=7.5)  # fmt: skip
+    fig.subplots_adjust(left=0.06, right=0.99, top=0.88, bottom=0.5)
+    return fig
+
+
+GRID = "11_sglang_grid"
+"""The per-SM grid's figure name (the decision report's first screen shows it)."""
+
+
+def save_grid_figure(rows: list[dict], notebook: str) -> Path:
+    """``plot_grid`` saved as figures/11_sglang_grid.png with the notebook's provenance."""
+    return figures.save_figure(plot_grid(rows), GRID, records.latest(notebook)[-1]["provenance"],
+                               source=f"data/{notebook}.jsonl run {records.RUN_ID}",
+                               evidence=evidence.of_values(rows))  # fmt: skip
+
+
 def matrix_table(rows: list[dict]) -> object:
-    """Notebook 14's cells: model, release, SM, outcome, blockers with graph-break codes."""
+    """Notebook 14's cells, every row, no index: model, release, SM, the flag for tc_piecewise,
+    outcome, the blockers with dynamo's graph-break codes, what the patch gave, why."""
     import pandas as pd
 
     return pd.DataFrame([
-        {"model": r["model"], "sglang_version": r["sglang_version"], "sm": r["sm"],
-         "outcome": r["outcome"], "flag": r["flag"],
-         "blockers": "; ".join(map(decide.blocker_text, r["blocker_frames"])) or "-",
-         "patch": ", ".join(r["patch"]) or "-", "compiles_with_patch": r["compiles_with_patch"],
-         "why": r["why_short"]} for r in rows
-    ]).fillna("-")  # fmt: skip
+        {"model": r["model"], "release": r["sglang_version"], "SM": r["sm"],
+         "flag for tc_piecewise": r["flag"], "outcome": r["outcome"],
+         "blockers": "; ".join(map(decide.blocker_text, r["blocker_frames"])),
+         "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
+        for r in rows
+    ]).style.hide(axis="index")  # fmt: skip
 
 
 def plot_matrix(rows: list[dict]) -> object:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 
 from fp4lab.core import paths, venvs
+from fp4lab.core.progress import say
 from fp4lab.serving import standins
 from fp4lab.serving.replay import env, kept, models, scan, versions
 
@@ -118,7 +119,7 @@ class _Job:
 
 
 def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
-                     progress: Callable[[str], object] = print,
+                     progress: Callable[[str], object] = say,
                      measured: list[models.Model] | None = None, mode: str = "chain",
                      alongside: list[models.Model] | None = None,
                      fresh: bool = False) -> list[VersionRun]:  # fmt: skip

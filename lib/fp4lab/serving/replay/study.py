@@ -92,6 +92,7 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
         rows += record_version(rec, run)
     for row in rows:
         rec.add("decision", row, target=_target(row["sm"]))
+    print(timeline.tally(rows))  # the page's one line; each replay's went to the terminal
     held = upstream.agreement(rows)
     for row in held:
         rec.add("upstream", row)

@@ -50,11 +50,6 @@ def runs(rows: list[dict], sm: str) -> list[dict]:
     return grouped
 
 
-def span(first: str, last: str) -> str:
-    """A run of releases as a range ("0.5.13–0.5.19"), or the one release."""
-    return first if first == last else f"{first}–{last}"
-
-
 def defaults(rows: list[dict], sm: str) -> list[dict]:
     """The releases of ``sm`` in release order, grouped into runs of one default prefill graph
     (what the release resolves with no flag; None where its resolution was not recorded)."""
@@ -85,16 +80,38 @@ def turning_points(rows: list[dict], sm: str) -> dict:
             "stops_at": stops and state(stops)}  # fmt: skip
 
 
-def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
-    """What the model's user on ``sm`` should run for torch.compile piecewise graphs: the newest
-    release in which it compiles as released, with its flag; else the newest release whose
-    blockers fp4lab's patch removes (compiles, equals eager); else that none is known."""
+def recommended(rows: list[dict], sm: str) -> dict | None:
+    """The cell ``recommendation`` names for ``sm``: the newest release that compiles as released,
+    else the newest whose blockers fp4lab's patch removes (compiles, equals eager); None."""
     mine = sorted(
         (r for r in rows if r["sm"] == sm), key=lambda r: versions.order(r["sglang_version"])
     )
     compiles = [r for r in mine if r["outcome"] == "compiles"]
-    if compiles:
-        r = compiles[-1]
+    patched = [r for r in mine if r["outcome"] == "blocked" and r["compiles_with_patch"]
+               and r["equals_eager"]]  # fmt: skip
+    return (compiles or patched or [None])[-1]
+
+
+KERNEL_CHOICES = ("attention_backend", "dsa_prefill_backend", "dsa_decode_backend",
+                  "nsa_prefill_backend", "nsa_decode_backend", "moe_runner_backend",
+                  "fp4_gemm_runner_backend", "kv_cache_dtype")  # fmt: skip
+"""The kernel choices of a release's resolution a recommendation names."""
+
+
+def kernels(row: dict | None) -> str:
+    """The kernels a cell's release resolved for the model (its attention, DSA, MoE and FP4 GEMM
+    backends and KV cache dtype), in a few words; '' where none was recorded."""
+    chosen = (row or {}).get("kernel_backends") or {}
+    return ", ".join(f"{k.removesuffix('_backend')}={chosen[k]}" for k in KERNEL_CHOICES
+                     if chosen.get(k) not in (None, "auto"))  # fmt: skip
+
+
+def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
+    """What the model's user on ``sm`` should run for torch.compile piecewise graphs: the newest
+    release in which it compiles as released, with its flag; else the newest release whose
+    blockers fp4lab's patch removes (compiles, equals eager); else that none is known."""
+    r = recommended(rows, sm)
+    if r is not None and r["outcome"] == "compiles":
         flag = "no flag" if r["flag"] == "none needed" else f"`{r['flag']}`"
         given = (
             f"; with no flag it gives {r['default_prefill']}"
@@ -103,10 +120,7 @@ def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
         )
         return (f"SGLang {r['sglang_version']} with {flag} (tc_piecewise compiles as released, "
                 f"equals eager{given})")  # fmt: skip
-    patched = [r for r in mine if r["outcome"] == "blocked" and r["compiles_with_patch"]
-               and r["equals_eager"]]  # fmt: skip
-    if patched:
-        r = patched[-1]
+    if r is not None:
         config = f" --config models/{r['model']}" if r.get("model") else ""
         return (f"SGLang {r['sglang_version']} with `{r['flag']}` and fp4lab's patch "
                 f"({'+'.join(r['patch'])}: `python -m fp4lab.serving.replay --sglang "
@@ -116,8 +130,8 @@ def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
 
 def sentence(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
     """One sentence per SM: its runs, the turning points and the recommendation."""
-    said = "; ".join(f"{span(g['from'], g['to'])} {g['state']}" for g in runs(rows, sm))
-    given = "; ".join(f"{span(g['from'], g['to'])} {g['default_prefill'] or 'unknown'}"
+    said = "; ".join(f"{versions.span(g['from'], g['to'])} {g['state']}" for g in runs(rows, sm))
+    given = "; ".join(f"{versions.span(g['from'], g['to'])} {g['default_prefill'] or 'unknown'}"
                       for g in defaults(rows, sm))  # fmt: skip
     points = turning_points(rows, sm)
     first = (f"first compiles in {points['first_compiles']}" if points["first_compiles"]
@@ -137,6 +151,7 @@ def timeline(rows: list[dict], model: str = "GLM-5") -> dict:
     """Per SM: its runs, turning points, recommendation and sentence, for the records."""
     return {
         sm: {"runs": runs(rows, sm), "defaults": defaults(rows, sm), **turning_points(rows, sm),
+             "kernels": kernels(recommended(rows, sm)),
              "recommendation": recommendation(rows, sm, model),
              "sentence": sentence(rows, sm, model)}
         for sm in dict.fromkeys(r["sm"] for r in rows)
@@ -171,3 +186,16 @@ def compact(rows: list[dict]) -> list[str]:
         lines.append(f"SGLang {version} ({model.split('.')[-1]}): GLM-5 flag: {mine[0]['flag']} "
                      f"({mine[0]['flag_why']}); {said}")  # fmt: skip
     return lines
+
+
+def tally(rows: list[dict]) -> str:
+    """The cells in one line: how many of each outcome, and each kind of harness failure (its
+    frame) with its count."""
+    import collections
+
+    outcomes = collections.Counter(r["outcome"] for r in rows)
+    failures = collections.Counter(r.get("harness_frame") or "no frame" for r in rows
+                                   if r["outcome"] == "not measured")  # fmt: skip
+    said = ", ".join(f"{outcomes[o]} {o}" for o in decide.OUTCOMES if outcomes[o])
+    failed = "; ".join(f"{n} at {frame}" for frame, n in failures.most_common())
+    return f"{len(rows)} cells: {said}" + (f"; not measured: {failed}" if failed else "")

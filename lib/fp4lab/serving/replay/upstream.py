@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from dataclasses import dataclass
 
-from fp4lab.serving.replay import decide, timeline, versions
+from fp4lab.serving.replay import decide, versions
 
 AGREE, DISAGREE, NOT_COMPARABLE = "agree", "disagree", "not comparable"
 
@@ -121,7 +121,7 @@ def grouped(found: list[dict]) -> list[dict]:
         same = last and all(last[k] == row[k] for k in ("source", "SM", "replay", "verdict", "why"))
         if same and row["release"] in versions.VERSIONS:
             last["to"] = row["release"]
-            last["release"] = timeline.span(last["from"], row["release"])
+            last["release"] = versions.span(last["from"], row["release"])
         else:
             rows.append({**row, "from": row["release"], "to": row["release"]})
     return [{k: v for k, v in r.items() if k not in ("from", "to")} for r in rows]

@@ -25,6 +25,29 @@ def order(version: str) -> int:
     return VERSIONS.index(version) if version in VERSIONS else len(VERSIONS)
 
 
+def span(first: str, last: str) -> str:
+    """A run of releases as a range ("0.5.13–0.5.19"), or the one release."""
+    return first if first == last else f"{first}–{last}"
+
+
+def ranges(releases: list[str] | set[str]) -> str:
+    """Releases as runs of consecutive ones in release order ("0.5.6–0.5.12, 0.5.20–0.5.21")."""
+    ordered = sorted(set(releases), key=order)
+    runs: list[list[str]] = []
+    for release in ordered:
+        if runs and order(release) == order(runs[-1][-1]) + 1:
+            runs[-1].append(release)
+        else:
+            runs.append([release])
+    return ", ".join(span(r[0], r[-1]) for r in runs)
+
+
+def by_sm(cells: list[tuple[str, str]]) -> str:
+    """(release, SM) cells as release ranges per SM ("SM10.0 0.5.13–0.5.19; SM12.0 0.5.16")."""
+    sms = sorted({sm for _, sm in cells}, key=float)
+    return "; ".join(f"SM{sm} {ranges([v for v, s in cells if s == sm])}" for sm in sms)
+
+
 TEST_VERSIONS = ("0.5.9", "0.5.16")
 """What ``make test`` replays with the real model: the story's release, through notebook 11 on
 every SM (blocked), and one whose outcome differs (GLM-5 compiles as released on SM12.0), on

@@ -1,0 +1,101 @@
+"""The SGLang replay's answers as small tables a lead can scan, from the timelines notebooks 11
+and 14 record in their summaries: per SM (GLM-5) and per model, the release ranges where
+tc_piecewise prefill graphs compile or are blocked, what the releases give with no flag, and
+what to run. Records only; the deciding figure is notebook 11's grid (``GRID``)."""
+
+from __future__ import annotations
+
+import base64
+
+from fp4lab.core import paths, records
+
+SGLANG, MODELS = "11_sglang_piecewise_replay", "14_fp4_model_matrix"
+GRID = "11_sglang_grid"
+"""The per-SM grid notebook 11 writes (``serving.replay.plots.GRID``)."""
+
+
+def _span(run: dict) -> str:
+    return run["from"] if run["from"] == run["to"] else f"{run['from']}–{run['to']}"
+
+
+def _where(runs: list[dict], outcome: str) -> str:
+    """The releases of ``outcome`` as ranges, neighbouring runs (consecutive releases, another
+    state of the same outcome) joined."""
+    merged: list[dict] = []
+    for i, run in enumerate(runs):
+        if run["outcome"] != outcome:
+            continue
+        if merged and runs[i - 1]["outcome"] == outcome:
+            merged[-1] = {**merged[-1], "to": run["to"]}
+        else:
+            merged.append(run)
+    return ", ".join(_span(r) for r in merged)
+
+
+def _defaults(line: dict) -> str:
+    return ", ".join(f"{_span(g)} {g['default_prefill'] or 'unknown'}"
+                     for g in line.get("defaults") or [])  # fmt: skip
+
+
+def _cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _timeline(notebook: str) -> dict | None:
+    found = [r for r in records.latest(notebook) if r["kind"] == "summary"]
+    return found[-1]["values"] if found else None
+
+
+def verdict(notebook: str) -> str:
+    """A notebook's decision in one sentence: its verdict and deciding number ('' before a run
+    that recorded one)."""
+    summary = _timeline(notebook) or {}
+    if "verdict" not in summary:
+        return ""
+    return f"**{summary['verdict']}**: {summary['number']}.\n\n"
+
+
+def per_sm() -> str:
+    """GLM-5 per SM as a Markdown table ('' before a run of notebook 11 that recorded one)."""
+    summary = _timeline(SGLANG)
+    timeline = (summary or {}).get("timeline")
+    if not timeline:
+        return ""
+    lines = ["| SM | tc_piecewise compiles in | blocked in | with no flag the release gives | "
+             "what to run | the kernels it resolves (their availability not checked) |",
+             "|---|---|---|---|---|---|"]  # fmt: skip
+    for sm in sorted(timeline, key=float):
+        line = timeline[sm]
+        cells = [f"SM{sm}", _where(line["runs"], "compiles") or "none",
+                 _where(line["runs"], "blocked") or "none", _defaults(line), line["recommendation"],
+                 line.get("kernels") or ""]  # fmt: skip
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def per_model() -> str:
+    """Each built-in model per SM as a Markdown table ('' before a run of notebook 14)."""
+    summary = _timeline(MODELS)
+    timelines = (summary or {}).get("timelines")
+    if not timelines:
+        return ""
+    lines = ["| model | SM | tc_piecewise compiles in | blocked in | not measured in |",
+             "|---|---|---|---|---|"]  # fmt: skip
+    for name, sms in timelines.items():
+        for sm in sorted(sms, key=float):
+            runs = sms[sm]["runs"]
+            cells = [name, f"SM{sm}", _where(runs, "compiles") or "none",
+                     _where(runs, "blocked") or "none", _where(runs, "not measured") or "none"]  # fmt: skip
+            lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def grid_html(width: str = "100%") -> str:
+    """Notebook 11's grid as an embedded image ('' where no run has written it)."""
+    path = paths.figures_dir() / f"{GRID}.png"
+    if not path.exists():
+        return ""
+    data = base64.b64encode(path.read_bytes()).decode()
+    return (f'<img alt="GLM-5 per release and SM: the tc_piecewise outcome, the blocker, the '
+            f'prefill graph with no flag" style="max-width:{width}" '
+            f'src="data:image/png;base64,{data}">')  # fmt: skip
