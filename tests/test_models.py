@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+import configs
 from fp4lab.compile import frames
 from fp4lab.core import paths
 from fp4lab.serving.replay import decide, matrix, models, pool, versions
@@ -63,7 +64,7 @@ def test_the_shrink_keeps_each_architectures_features():
 @pytest.mark.parametrize(
     ("content", "said"),
     [(None, "no such file"), ("{not json", "not valid JSON"), ("[1, 2]", "not a JSON object"),
-     ({"architectures": ["BertModel"]}, "architectures=['BertModel']; allowed: "),
+     ({"architectures": "BertModel"}, "architectures='BertModel'; allowed: a list of model class"),
      ({"architectures": ["LlamaForCausalLM"]}, "has no FP4 quantization"),
      ({"architectures": ["LlamaForCausalLM"], "quantization_config": {"quant_method": "fp8"}},
       "quant_method=fp8")],
@@ -178,3 +179,28 @@ def test_14_replays_two_models_per_release_process_and_records_each_cell(run_not
     )
     assert "llama-3.3-70b-nvfp4 SM12.0: 0.5.9 blocked" in summary["headline"]
     assert (paths.figures_dir() / f"{matrix.NAME}.png").is_file()
+
+
+def test_published_fp4_formats_and_any_architecture_are_read(tmp_path):
+    """A compressed-tensors NVFP4 checkpoint (LLM Compressor's) and an architecture fp4lab never
+    named are read, not refused; each layer pattern survives the shrink."""
+    dense = models.read(configs.written(tmp_path / "ct", {**configs.QWEN3,
+                        "quantization_config": configs.COMPRESSED_TENSORS}))  # fmt: skip
+    assert (dense.quantization, dense.method, dense.excluded) == ("nvfp4", "compressed-tensors",
+                                                                  ("lm_head",))  # fmt: skip
+    air = models.read(configs.written(tmp_path / "air", configs.GLM45_AIR, configs.MODELOPT))
+    tiny, _, _ = air.tiny()
+    assert (air.architecture, air.method) == ("Glm4MoeForCausalLM", "modelopt_fp4")
+    assert (tiny["num_hidden_layers"], tiny["first_k_dense_replace"]) == (2, 1)
+    assert tiny["num_nextn_predict_layers"] == 0, "MTP layers left out"
+    hybrid = {**configs.QWEN3, "quantization_config": configs.COMPRESSED_TENSORS,
+              "num_hidden_layers": 8, "layer_types": ["linear_attention"] * 3 + ["full_attention"]
+              + ["linear_attention"] * 3 + ["full_attention"]}  # fmt: skip
+    kept, _, notes = models.read(configs.written(tmp_path / "next", hybrid)).tiny()
+    assert kept["layer_types"] == ["linear_attention"] * 3 + ["full_attention"]
+    assert kept["num_hidden_layers"] == 4 and any("4 layers kept" in n for n in notes)
+    weight_only = {**configs.COMPRESSED_TENSORS, "config_groups": {"g": {"weights": {
+        **configs.NVFP4_GROUP, "num_bits": 8}}}}  # fmt: skip
+    with pytest.raises(models.ConfigError, match="has no FP4 quantization"):
+        models.read(configs.written(tmp_path / "int8", {**configs.QWEN3,
+                                                        "quantization_config": weight_only}))  # fmt: skip

@@ -57,8 +57,8 @@ and listed."""
 
 def command_line(model: models.Model, flags: list[str]) -> list[str]:
     """A user's command line for ``model`` after its path: its quantization as SGLang names it
-    (``models.QUANTIZATIONS``), then ``flags``."""
-    return ["--quantization", models.QUANTIZATIONS[model.quantization], *flags]
+    (``Model.method``), then ``flags``."""
+    return ["--quantization", model.method, *flags]
 
 
 @dataclass
@@ -263,7 +263,7 @@ def build(release: Release, checkpoint: Path, flags: list[str]) -> Built:
     )
     standins += [*kernels.replaced_kernels(), attention.ATTENTION, attention.KV_POOL]
     facts = {**_facts(model), "architecture": architecture,
-             "quantization": models.QUANTIZATIONS[given.quantization], "layout": found.as_record(),
+             "quantization": given.method, "layout": found.as_record(),
              "loader": type(loader).__name__, "server_args": backends,
              "simulated_gpu": release.patched,
              "quantize": {k: v for k, v in chosen.items() if k != "callable"}}  # fmt: skip

@@ -20,23 +20,18 @@ BUILT_IN = paths.REPO_ROOT / "models"
 """The built-in set: ``models/<name>/config.json`` (+ ``hf_quant_config.json``) and
 ``source.json`` naming where each was transcribed from and which fields are assumed."""
 
-ARCHITECTURES = {
-    "GlmMoeDsaForCausalLM": "MLA + DSA indexer, MoE with a shared expert, dense prefix",
-    "DeepseekV32ForCausalLM": "MLA + DSA indexer, MoE with a shared expert, dense prefix",
-    "DeepseekV3ForCausalLM": "MLA, MoE with a shared expert and grouped routing, dense prefix",
-    "Qwen3MoeForCausalLM": "GQA with QK norm, MoE",
-    "Qwen3ForCausalLM": "GQA with QK norm, dense",
-    "LlamaForCausalLM": "GQA, dense",
-    "GptOssForCausalLM": "GQA with sinks, sliding and full layers alternating, MoE",
+FORMATS = {
+    "modelopt_fp4": "ModelOpt NVFP4 (quant_algo NVFP4, in config.json or hf_quant_config.json)",
+    "compressed-tensors": "compressed-tensors NVFP4 (4-bit float weights in groups of 16, "
+    "activations too or weight-only: LLM Compressor's nvfp4-pack-quantized)",
+    "mxfp4": "MXFP4 (quantization_config.quant_method mxfp4)",
 }
-"""The architectures whose features the shrink knows, and what it keeps of each."""
-
-QUANTIZATIONS = {"nvfp4": "modelopt_fp4", "mxfp4": "mxfp4"}
-"""Each FP4 format and SGLang's ``--quantization`` for it."""
+"""The checkpoint formats taken, by SGLang's ``--quantization`` for each."""
 
 TINY = {
     "vocab_size": 1024, "hidden_size": 256, "intermediate_size": 512,
     "moe_intermediate_size": 256, "shared_expert_intermediate_size": 256,
+    "intermediate_size_mlp": 512,
     "num_attention_heads": 4, "head_dim": 64, "max_position_embeddings": 4096,
     "q_lora_rank": 128, "kv_lora_rank": 64, "qk_nope_head_dim": 32, "qk_rope_head_dim": 64,
     "v_head_dim": 32, "index_topk": 64, "index_head_dim": 128, "index_n_heads": 4,
@@ -67,9 +62,12 @@ class Model:
     name: str
     config: dict
     quantization: str
+    """The FP4 format: ``nvfp4`` or ``mxfp4``."""
     excluded: tuple[str, ...]
     hf_quant_config: dict | None = None
     source: dict = field(default_factory=dict)
+    method: str = "modelopt_fp4"
+    """SGLang's ``--quantization`` for the checkpoint's format (a key of ``FORMATS``)."""
 
     @property
     def architecture(self) -> str:
@@ -77,12 +75,13 @@ class Model:
 
     def tiny(self) -> tuple[dict, dict | None, list[str]]:
         """The tiny config, its quantization file and what the shrink changed beyond widths."""
-        return shrink(self.config, self.hf_quant_config, self.quantization)
+        return shrink(self.config, self.hf_quant_config, self.method)
 
     def as_record(self) -> dict:
         tiny, _, shrunk = self.tiny()
         return {"name": self.name, "architecture": self.architecture,
-                "quantization": self.quantization, "excluded": list(self.excluded),
+                "quantization": self.quantization, "method": self.method,
+                "excluded": list(self.excluded),
                 "source": self.source, "shrunk": shrunk,
                 "tiny": {k: tiny[k] for k in sorted(tiny) if k in TINY or k == "num_hidden_layers"}}  # fmt: skip
 
@@ -108,22 +107,35 @@ def _json(path: Path) -> dict:
     return found
 
 
-def quantization(config: dict, hf_quant: dict | None, where: str) -> tuple[str, tuple[str, ...]]:
-    """The FP4 format (a key of QUANTIZATIONS) and the excluded modules, from ``config.json``'s
-    ``quantization_config`` or ModelOpt's ``hf_quant_config.json``."""
+def _fp4_group(group: dict) -> bool:
+    """Whether a compressed-tensors config group quantizes weights as NVFP4 (4-bit floats in
+    groups of 16)."""
+    weights = group.get("weights") or {}
+    return (weights.get("num_bits"), str(weights.get("type")).lower(), weights.get("group_size")) == (
+        4, "float", 16)  # fmt: skip
+
+
+def quantization(
+    config: dict, hf_quant: dict | None, where: str
+) -> tuple[str, str, tuple[str, ...]]:
+    """The FP4 format (``nvfp4`` or ``mxfp4``), SGLang's ``--quantization`` for it (a key of
+    ``FORMATS``) and the excluded modules, from ``config.json``'s ``quantization_config`` or
+    ModelOpt's ``hf_quant_config.json``."""
     inline = config.get("quantization_config") or {}
     modelopt = (hf_quant or {}).get("quantization") or {}
     method = str(inline.get("quant_method", "")).lower()
     algo = str(inline.get("quant_algo") or modelopt.get("quant_algo") or "").upper()
     if method == "mxfp4":
-        return "mxfp4", tuple(inline.get("modules_to_not_convert") or ())
+        return "mxfp4", "mxfp4", tuple(inline.get("modules_to_not_convert") or ())
     if algo == "NVFP4" and method in ("", "modelopt", "modelopt_fp4"):
         excluded = inline.get("ignore") or inline.get("exclude_modules")
-        return "nvfp4", tuple(excluded or modelopt.get("exclude_modules") or ())
+        return "nvfp4", "modelopt_fp4", tuple(excluded or modelopt.get("exclude_modules") or ())
+    groups = (inline.get("config_groups") or {}).values()
+    if method == "compressed-tensors" and any(_fp4_group(g) for g in groups):
+        return "nvfp4", "compressed-tensors", tuple(inline.get("ignore") or ())
     said = f"quant_method={method or None}, quant_algo={algo or None}"
-    raise ConfigError(f"--config: {where} has no FP4 quantization ({said}); allowed: ModelOpt "
-                      f"NVFP4 (quant_algo NVFP4, in config.json or hf_quant_config.json) or "
-                      f"MXFP4 (quantization_config.quant_method mxfp4)")  # fmt: skip
+    raise ConfigError(f"--config: {where} has no FP4 quantization ({said}); allowed: "
+                      f"{'; '.join(FORMATS.values())}")  # fmt: skip
 
 
 def read(path: str | Path, name: str | None = None) -> Model:
@@ -135,14 +147,14 @@ def read(path: str | Path, name: str | None = None) -> Model:
         raise ConfigError(f"--config: no such file {file}; allowed: a config.json or its folder")
     config = _json(file)
     archs = config.get("architectures")
-    if not isinstance(archs, list) or not archs or archs[0] not in ARCHITECTURES:
-        raise ConfigError(f"--config: {file} has architectures={archs!r}; allowed: "
-                          f"{', '.join(ARCHITECTURES)}")  # fmt: skip
+    if not isinstance(archs, list) or not archs or not all(isinstance(a, str) for a in archs):
+        raise ConfigError(f"--config: {file} has architectures={archs!r}; allowed: a list of "
+                          f"model class names, as a checkpoint's config.json holds")  # fmt: skip
     quant_file = file.parent / "hf_quant_config.json"
     hf_quant = _json(quant_file) if quant_file.is_file() else None
-    fmt, excluded = quantization(config, hf_quant, str(file))
+    fmt, method, excluded = quantization(config, hf_quant, str(file))
     source = _json(file.parent / "source.json") if (file.parent / "source.json").is_file() else {}
-    return Model(name or file.parent.name, config, fmt, excluded, hf_quant, source)
+    return Model(name or file.parent.name, config, fmt, excluded, hf_quant, source, method=method)
 
 
 def built_in() -> list[str]:
@@ -176,21 +188,66 @@ def named(name: str) -> Model:
     return read(BUILT_IN / name)
 
 
-def shrink(config: dict, hf_quant: dict | None, fmt: str) -> tuple[dict, dict | None, list[str]]:
-    """The config with every width of TINY, two layers (the dense prefix kept as one dense layer,
-    per-layer lists cut to two) and the quantization kept; ModelOpt's quantization file; and
-    what changed beyond the widths."""
+MOE_STEPS = ("decoder_sparse_step", "moe_layer_freq", "interleave_moe_layer_step")
+"""Fields that interleave MoE layers with dense ones every N layers."""
+
+NESTED = ("text_config", "vision_config")
+"""A multimodal wrapper's configs: each shrunk as a model of its own."""
+
+
+def layers_kept(config: dict) -> int:
+    """The fewest layers that keep every layer pattern of ``config``: at least two (the dense
+    prefix as one layer, then one of the rest), every kind a per-layer ``layer_types`` holds
+    (sliding and full, linear and full attention), one MoE layer of an interleave."""
+    kept = 2
+    kinds = config.get("layer_types")
+    if isinstance(kinds, list) and kinds:
+        firsts: dict[str, int] = {}
+        for i, kind in enumerate(kinds):
+            firsts.setdefault(json.dumps(kind), i)
+        kept = max(kept, max(firsts.values()) + 1)
+    for key in MOE_STEPS:
+        step = config.get(key)
+        if isinstance(step, int) and step > 1:
+            kept = max(kept, step)
+    return kept
+
+
+def _shrunk(config: dict) -> dict:
+    """One model's config with every width of TINY and its layers cut to ``layers_kept``
+    (per-layer lists with them, the dense prefix as one layer, MTP layers left out)."""
     tiny = {**config, **{k: v for k, v in TINY.items() if k in config}}
-    notes: list[str] = []
     heads, kv = config.get("num_attention_heads"), config.get("num_key_value_heads")
-    if kv is not None:
+    if kv is not None and heads:
         tiny["num_key_value_heads"] = TINY["num_attention_heads"] // (2 if kv < heads else 1)
-    tiny["num_hidden_layers"] = 2
+    kept = layers_kept(config)
+    if "num_hidden_layers" in config:
+        tiny["num_hidden_layers"] = kept
     if config.get("first_k_dense_replace"):
         tiny["first_k_dense_replace"] = 1
-    for key in ("layer_types", "mlp_only_layers"):
-        if isinstance(config.get(key), list):
-            tiny[key] = [v for v in config[key] if not isinstance(v, int) or v < 2][:2]
+    count = config.get("num_hidden_layers")
+    for key, value in config.items():  # per-layer lists (layer_types, no_rope_layers, ...)
+        if isinstance(value, list) and count and len(value) == count:
+            tiny[key] = value[:kept]
+    if isinstance(config.get("mlp_only_layers"), list):
+        tiny["mlp_only_layers"] = [i for i in config["mlp_only_layers"] if i < kept]
+    if config.get("num_nextn_predict_layers"):
+        tiny["num_nextn_predict_layers"] = 0
+    return tiny
+
+
+def shrink(config: dict, hf_quant: dict | None, method: str) -> tuple[dict, dict | None, list[str]]:
+    """The config shrunk (``_shrunk``; a multimodal wrapper's text and vision configs each as a
+    model of their own), the quantization kept; ModelOpt's quantization file; and what changed
+    beyond the widths."""
+    tiny = _shrunk(config)
+    notes: list[str] = []
+    for key in NESTED:
+        if isinstance(config.get(key), dict):
+            tiny[key] = _shrunk(config[key])
+            notes.append(f"{key} shrunk as a model of its own")
+    if tiny.get("num_hidden_layers", 2) > 2:
+        notes.append(f"{tiny['num_hidden_layers']} layers kept, so that every layer pattern is")
     if config.get("n_group", 1) > 1:
         tiny["n_group"], tiny["topk_group"] = 2, 1
         notes.append("grouped routing kept as 2 groups of 4 experts, 1 chosen")
@@ -198,7 +255,7 @@ def shrink(config: dict, hf_quant: dict | None, fmt: str) -> tuple[dict, dict | 
         tiny["model_type"] = MODEL_TYPES[config["model_type"]]
         notes.append(f"model_type {config['model_type']} read as {tiny['model_type']} (the "
                      f"releases' transformers has no {config['model_type']} config class)")  # fmt: skip
-    if "kv_lora_rank" in config and fmt == "nvfp4":
+    if "kv_lora_rank" in config and method == "modelopt_fp4":
         inline = "quantization_config" in config
         quant = dict(config["quantization_config"] if inline else hf_quant["quantization"])
         key = "ignore" if "ignore" in quant else "exclude_modules"
