@@ -135,7 +135,11 @@ def test_not_applicable_needs_the_releases_own_evidence():
         "build_error": "ModelAbsent: ...", "model_absent": "the release's model files define "
         "none of GlmMoeDsaForCausalLM, DeepseekV32ForCausalLM", "resolution": REMOVED})  # fmt: skip
     assert absent["outcome"] == "not applicable" and "model files define none" in absent["note"]
-    refused = decide.cell("0.5.9", "9.0", {"build_error": "ValueError: ...", "min_capability": 100,
+    said = (
+        "ValueError: The quantization method modelopt_fp4 is not supported for the current GPU. "
+        "Minimum capability: 100. Current capability: 90."
+    )
+    refused = decide.cell("0.5.9", "9.0", {"build_error": said, "min_capability": 100,
                                            "resolution": REACHED})  # fmt: skip
     assert refused["outcome"] == "not applicable" and "SM10.0+" in refused["note"]
     no_option = decide.cell("0.5.2", "12.0", {"build_error": "LookupError: ...",
@@ -364,3 +368,28 @@ def test_releases_are_written_as_ranges_in_release_order():
     assert versions.by_sm([(v[11], "12.0"), (v[12], "12.0"), (v[12], "9.0")]) == (
         f"SM9.0 {v[12]}; SM12.0 {v[11]}–{v[12]}"
     )
+
+
+def test_a_stop_at_tritons_libcuda_probe_is_this_machines_not_a_blocker():
+    """Shaped like GLM-4.5-Air on 0.5.16: a torch.compile'd helper of the release sent inductor
+    to Triton's NVIDIA driver, which finds no libcuda on a CPU machine; an MXFP4 model whose build
+    stops there is not the NVFP4 config's refusal either."""
+    probe = {"status": "unsupported", "signature": "other", "message": "libcuda.so cannot found!",
+             "blocker_frame": "triton/backends/nvidia/driver.py:46:libcuda_dirs",
+             "frames": ["torch/_inductor/compile_fx.py:1608:codegen_and_compile",
+                        "triton/backends/nvidia/driver.py:46:libcuda_dirs"]}  # fmt: skip
+    row = decide.cell("0.5.16", "12.0", {"resolution": REACHED, "chain": [],
+                                         "fix": {"steps": [probe], "parts": [], "compiles": False}})  # fmt: skip
+    assert row["outcome"] == "not measured" and "no CUDA driver for Triton" in row["note"]
+    real = {
+        **probe,
+        "blocker_frame": "sglang/srt/layers/moe/topk.py:310:forward_cuda",
+        "frames": [],
+    }
+    blocked = decide.cell("0.5.16", "12.0", {"resolution": REACHED, "chain": [],
+                                             "fix": {"steps": [real], "parts": [], "compiles": False}})  # fmt: skip
+    assert blocked["outcome"] == "blocked", "the same stop in the release's own code is a blocker"
+    mxfp4 = decide.cell("0.5.9", "9.0", {
+        "build_error": "AssertionError: libcuda.so cannot found!", "min_capability": 100,
+        "resolution": REACHED, "build_frames": ["triton/backends/nvidia/driver.py:46:libcuda_dirs"]})  # fmt: skip
+    assert mxfp4["outcome"] == "not measured", "not the NVFP4 config's refusal"

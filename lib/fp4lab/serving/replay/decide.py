@@ -11,8 +11,8 @@ equals eager, and the MoE's path under the trace.
 from __future__ import annotations
 
 from fp4lab.core import evidence, glm5
+from fp4lab.serving.replay import blame, patch, versions
 from fp4lab.serving.replay import flags as flags_module
-from fp4lab.serving.replay import patch, versions
 
 STORY_SIGNATURES = ("subprocess", "file_io", "compiler_disable_under_fullgraph")
 """The story's three blockers (nvcc query, the JIT's file I/O, the compiler.disable patch)."""
@@ -126,7 +126,7 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
             return {**row, "outcome": "not applicable", "note": replay["model_absent"]}
         least = replay.get("min_capability")
         major, minor = (int(p) for p in sm.split("."))
-        if least and major * 10 + minor < least:
+        if least and major * 10 + minor < least and "minimum capability" in obstacle.lower():
             note = (f"the release's NVFP4 config needs SM{least // 10}.{least % 10}+ "
                     f"(ModelOptFp4Config.get_min_capability; {obstacle})")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
@@ -151,13 +151,15 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
     last = steps[-1] if steps else {}
     if last.get("status") == "declined":
         return {**row, "outcome": "not applicable", "note": declined_note(last, architecture)}
-    failed_when_run = fixed.get("compiles") is False and last.get("status") == "runtime_error"
+    failed_when_run = fixed.get("compiles") is False and (
+        last.get("status") == "runtime_error" or blame.machine_only(last)
+    )
     stopped = f"{last.get('blocker_frame')}: {last.get('message')}"
     if failed_when_run and not met:  # it traced, then failed when run: no compiler to blame
-        return harness(
-            row, f"the traced model failed when run at {stopped}", last.get("blocker_frame")
-        )
-    missing = missing_kernel(replay.get("eager_release") or {})
+        said = "this machine has no CUDA driver for Triton" if blame.machine_only(last) else (
+            "the traced model failed when run")  # fmt: skip
+        return harness(row, f"{said} at {stopped}", last.get("blocker_frame"))
+    missing = blame.missing_kernel(replay.get("eager_release") or {})
     if fixed.get("compiles") is False and not failed_when_run and missing:
         return harness(row, f"the release's code fails eagerly too, at a kernel with no CPU "
                        f"stand-in ({missing}); the trace's stop at {stopped} is not blamed on "
@@ -212,27 +214,6 @@ def unblocked(fixed: dict) -> dict:
         "outcome": "compiles",
         "note": f"compiles as released ({pieces} pieces) and equals eager",
     }
-
-
-KERNEL_BOUNDARIES = ("torch/_ops.py:", "sgl_kernel/")
-"""Frames where an eager call meets a compiled kernel."""
-
-MISSING_KERNEL_WORDS = ("has no attribute", "Could not run", "not implemented for")
-"""What torch says where an op has no kernel here (an op namespace without the op, no CPU
-kernel); any other failure at the boundary (an op's schema refusing an argument) is the
-release's own."""
-
-
-def missing_kernel(eager: dict) -> str | None:
-    """The eager pass's failure where it stopped at a kernel boundary for want of a kernel: its
-    last frame and message, or None (it ran, or failed in the release's own code)."""
-    stack = eager.get("frames") or []
-    said = str(eager.get("message") or "")
-    if (eager.get("status") != "runtime_error"
-            or not any(f.startswith(KERNEL_BOUNDARIES) for f in stack[-2:])
-            or not any(w in said for w in MISSING_KERNEL_WORDS)):  # fmt: skip
-        return None
-    return f"{stack[-2] if len(stack) > 1 else stack[-1]}: {eager.get('message')}"
 
 
 def harness(row: dict, error: str, frame: str | None) -> dict:

@@ -1,0 +1,37 @@
+"""Whom a replay's stop is blamed on: the compiler only where the release's code ran eagerly, and
+never where the stop is this CPU machine's (no CUDA driver) or a kernel fp4lab has no CPU stand-in
+for; those cells are "not measured", with the frame."""
+
+from __future__ import annotations
+
+MACHINE_ONLY = ("triton/backends/nvidia/driver.py:",)
+"""Frames where a stop is this CPU machine's, not the release's: Triton's NVIDIA driver looking
+for libcuda (inductor compiling one of the release's ``torch.compile``'d helpers, or a Triton
+launch); on a GPU it finds it."""
+
+
+def machine_only(step: dict) -> bool:
+    """Whether a stop passed through ``MACHINE_ONLY``: fp4lab's machine, never a blocker."""
+    return any(f.startswith(MACHINE_ONLY) for f in [*(step.get("frames") or []),
+                                                      str(step.get("blocker_frame") or "")])  # fmt: skip
+
+
+KERNEL_BOUNDARIES = ("torch/_ops.py:", "sgl_kernel/")
+"""Frames where an eager call meets a compiled kernel."""
+
+MISSING_KERNEL_WORDS = ("has no attribute", "Could not run", "not implemented for")
+"""What torch says where an op has no kernel here (an op namespace without the op, no CPU
+kernel); any other failure at the boundary (an op's schema refusing an argument) is the
+release's own."""
+
+
+def missing_kernel(eager: dict) -> str | None:
+    """The eager pass's failure where it stopped at a kernel boundary for want of a kernel: its
+    last frame and message, or None (it ran, or failed in the release's own code)."""
+    stack = eager.get("frames") or []
+    said = str(eager.get("message") or "")
+    if (eager.get("status") != "runtime_error"
+            or not any(f.startswith(KERNEL_BOUNDARIES) for f in stack[-2:])
+            or not any(w in said for w in MISSING_KERNEL_WORDS)):  # fmt: skip
+        return None
+    return f"{stack[-2] if len(stack) > 1 else stack[-1]}: {eager.get('message')}"
