@@ -127,7 +127,7 @@ def test_uvs_output_stays_out_of_a_notebook_which_gets_one_line(tmp_path, capsys
                                                                   notebook):  # fmt: skip
     """In a notebook (a Jupyter kernel) uv's lines go to the build log only, so exported reports
     hold no package lists; elsewhere they stream to stderr too. One line says what came of it."""
-    monkeypatch.setattr(venvs, "_in_notebook", lambda: notebook)
+    monkeypatch.setattr(venvs.progress, "in_kernel", lambda: notebook)
     built = venvs.ensure(tmp_path / "env", [["list"]])
     said = capsys.readouterr()
     assert said.out == (
@@ -138,3 +138,17 @@ def test_uvs_output_stays_out_of_a_notebook_which_gets_one_line(tmp_path, capsys
     assert "$ " in (tmp_path / "env.build.log").read_text(), "and in the log either way"
     venvs.ensure(tmp_path / "env", [["list"]])
     assert capsys.readouterr().out.startswith(f"[env] {tmp_path / 'env'}: reused in 0 s, ")
+
+
+def test_progress_goes_to_the_terminal_and_the_build_log_never_a_page(monkeypatch, capsys):
+    """Outside a kernel a progress line is on stdout; inside one it is on the kernel's own stderr
+    (the terminal that runs it), not on its page; in the build log either way."""
+    from fp4lab.core import progress
+
+    log = paths.build_dir() / "logs" / "progress.log"
+    progress.say("replay 1 of 2")
+    assert capsys.readouterr().out == "replay 1 of 2\n"
+    monkeypatch.setattr(progress, "in_kernel", lambda: True)
+    progress.say("replay 2 of 2")
+    assert capsys.readouterr().out == "", "nothing on a page"
+    assert log.read_text().splitlines()[-2:][-1].endswith(" replay 2 of 2")

@@ -144,11 +144,11 @@ def sglang_backend_table(rows: list[dict]) -> pd.DataFrame:
     } for r in rows])  # fmt: skip
 
 
-def version_table(results: list[object]) -> pd.DataFrame:
-    """The version matrix: each FlashInfer version's blockers in order (each patch's origin and
-    the versions it was needed on), the upstream op, what it forwards, and the verdict."""
+def version_table(results: list[object]) -> object:
+    """The version matrix, eight short columns, one row per FlashInfer version: its environment,
+    the story patches it needed, the upstream op and fp4lab's, what the upstream op forwards, the
+    verdict; the blockers in order are ``version_chains_table``'s."""
     rows = [_as_record(r) for r in results]
-    stages = summarize_versions(results)["stages_across_versions"]
 
     def op(found: dict) -> str:
         if not found.get("present", True):
@@ -159,34 +159,26 @@ def version_table(results: list[object]) -> pd.DataFrame:
             else "not measured"
         )
 
-    return pd.DataFrame(
-        [
-            {
-                "version": r["version"],
-                "environment": f"{r['env']} ({r['install_seconds']:.0f} s)"
-                + (f": {r['error']}" if r["error"] else ""),
-                "flashinfer wheel MB": round(r["wheel_bytes"] / 2**20, 1)
-                if r["wheel_bytes"]
-                else None,
-                "env GB": round(r["env_bytes"] / 2**30, 2) if r["env_bytes"] else None,
-                "blockers in order [origin of the patch that removed it; where needed]": (
-                    _chain_text(r["chain"], stages)
-                ),
-                "story patches needed": ", ".join(r["story_patches_needed"]) or "-",
-                "import on CPU torch": "needed simulated device properties"
-                if r.get("import_staging")
-                else "plain",
-                "torch.ops.flashinfer.fp4_quantize": op(r["upstream_op"])
-                if r["env"] != "failed"
-                else "",
-                "upstream op forwards enable_pdl as is_global_scale_inversed": r[
-                    "upstream_op_forwarding"
-                ]
-                or "",
-                "fp4lab custom op": op(r["fp4lab_op"]) if r["env"] != "failed" else "",
-                "verdict": r["verdict"],
-                "story's decision holds": r["story_decision_holds"],
-            }
-            for r in rows
-        ]
-    ).set_index("version")
+    return pd.DataFrame([{
+        "version": r["version"],
+        "environment": f"{r['env']} ({r['install_seconds']:.0f} s)" + (f": {r['error']}" if r["error"] else ""),
+        "story patches needed": ", ".join(r["story_patches_needed"]) or "",
+        "torch.ops.flashinfer.fp4_quantize": op(r["upstream_op"]) if r["env"] != "failed" else "",
+        "it forwards enable_pdl as is_global_scale_inversed": r["upstream_op_forwarding"] or "",
+        "fp4lab custom op": op(r["fp4lab_op"]) if r["env"] != "failed" else "",
+        "verdict": r["verdict"], "story's decision holds": r["story_decision_holds"],
+    } for r in rows]).style.hide(axis="index")  # fmt: skip
+
+
+def version_chains_table(results: list[object]) -> object:
+    """Each FlashInfer version's blockers in order, with the origin of the patch that removed each
+    and the versions it was needed on; its wheel and environment sizes and how it imported."""
+    rows = [_as_record(r) for r in results]
+    stages = summarize_versions(results)["stages_across_versions"]
+    return pd.DataFrame([{
+        "version": r["version"],
+        "blockers in order [origin of the patch that removed it; where needed]": _chain_text(r["chain"], stages),
+        "wheel MB": round(r["wheel_bytes"] / 2**20, 1) if r["wheel_bytes"] else "",
+        "env GB": round(r["env_bytes"] / 2**30, 2) if r["env_bytes"] else "",
+        "import on CPU torch": "needed simulated device properties" if r.get("import_staging") else "plain",
+    } for r in rows]).style.hide(axis="index")  # fmt: skip

@@ -34,9 +34,16 @@ KNOWN_WARNINGS = ("IProgress not found",)
 ``tqdm.auto`` in a kernel without ipywidgets (its bars fall back to text)."""
 
 
+LOGGED_OFF_PAGE = ("torchao",)
+"""Libraries whose log lines go to the terminal, not the page: torchao's CUDA extensions failing
+to load on a CPU machine, each with its path in the environment."""
+
+
 def in_notebook() -> None:
-    """WRAPPED shown once as a style element for the notebook's DataFrames, and KNOWN_WARNINGS
-    kept off the page (nothing outside a notebook)."""
+    """WRAPPED shown once as a style element for the notebook's DataFrames, KNOWN_WARNINGS kept
+    off the page and LOGGED_OFF_PAGE's log lines sent to the kernel's own stderr, the terminal
+    (nothing outside a notebook)."""
+    import logging
     import sys
     import warnings
 
@@ -46,4 +53,8 @@ def in_notebook() -> None:
 
     for message in KNOWN_WARNINGS:
         warnings.filterwarnings("ignore", message=message)
+    for name in LOGGED_OFF_PAGE:
+        logger = logging.getLogger(name)
+        logger.propagate = False
+        logger.addHandler(logging.StreamHandler(sys.__stderr__))
     display(HTML(f"<style>{css('table.dataframe')}</style>"))

@@ -74,3 +74,20 @@ def story_table() -> pd.DataFrame:
             }
         )
     return pd.DataFrame(table)
+
+
+SHORT = ("story", "notebook", "expected", "observed", "reproduced", "seconds", "target", "evidence")
+"""The story table's columns a reader scans; the long ones are ``story_details``'."""
+
+
+def story_summary() -> pd.DataFrame:
+    """``story_table``'s short columns: each crash, expected and observed, reproduced or not."""
+    table = story_table()
+    return table[[c for c in SHORT if c in table]]
+
+
+def story_details() -> pd.DataFrame:
+    """``story_table``'s long columns, keyed by the story's message: dynamo's words, the frame it
+    stopped in, what had to be in place first."""
+    table = story_table()
+    return table[[c for c in ("story", "dynamo says", "blocked in", "needed first") if c in table]]

@@ -35,7 +35,7 @@ import torch
 from fp4lab.compile import frames, stages
 from fp4lab.core import paths, probe
 from fp4lab.serving.capture import recorder, sglang_backend
-from fp4lab.serving.replay import child, forward, model, plugin, runner
+from fp4lab.serving.replay import child, forward, model, models, plugin, runner
 
 VARIANTS = ("fullgraph_false", "custom_op")
 """``fullgraph_false``: the release as released, ``install_torch_compiled`` given
@@ -221,7 +221,9 @@ def main(out: Path, sm_text: str, checkpoint: str) -> int:
         with model.imported(sm) as release:
             import sglang
 
-            built = model.build(release, Path(checkpoint))
+            _, flags = model.resolved(release, Path(checkpoint))  # its runner is tc_piecewise's
+            given = models.read(Path(checkpoint))
+            built = model.build(release, Path(checkpoint), model.command_line(given, flags or []))
             found |= {"sglang_version": sglang.__version__, "standins": [
                 *built.standins, *runner.standins(built), recorder.LISTED, distinct_layers(built)]}  # fmt: skip
             found["rows"] = measure(built, sm, sglang.__version__, out)

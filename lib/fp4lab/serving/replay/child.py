@@ -51,7 +51,6 @@ from fp4lab.serving.replay import (
     patch,
     plugin,
     reached,
-    resolution,
     runner,
 )
 from fp4lab.serving.replay.failed import build_failed, failure
@@ -238,10 +237,7 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     found: dict[str, Any] = {}
     given = models.read(checkpoint)
     found["architecture"] = given.architecture
-    found["resolution"] = resolution.reach(
-        checkpoint, sm, release.rework, model.command_line(given, [])
-    )
-    flags = found["resolution"]["graphs"]["tc_piecewise"]["flags"]
+    found["resolution"], flags = model.resolved(release, checkpoint)
     try:
         built = model.build(release, checkpoint, model.command_line(given, flags or []))
     except Exception as exc:  # recorded: the exact obstacle on this machine

@@ -181,6 +181,14 @@ def host(built: Built) -> Any:
     return runner
 
 
+def resolved(release: Release, checkpoint: Path) -> tuple[dict, list[str] | None]:
+    """The release's resolution of the model's command line (``resolution.reach``) and the
+    flags that reach tc_piecewise prefill graphs in it (None: none does)."""
+    given = models.read(checkpoint)
+    found = resolution.reach(checkpoint, release.sm, release.rework, command_line(given, []))
+    return found, found["graphs"]["tc_piecewise"]["flags"]
+
+
 @dataclass
 class Release:
     """The release's modules imported for a GPU of ``sm`` (``imported``), shared by each model
