@@ -48,3 +48,36 @@ def written(folder: Path, config: dict, hf_quant: dict | None = None) -> Path:
     if hf_quant is not None:
         (folder / "hf_quant_config.json").write_text(json.dumps(hf_quant))
     return folder
+
+
+LLAMA4_SCOUT = {
+    "architectures": ["Llama4ForConditionalGeneration"], "model_type": "llama4",
+    "torch_dtype": "bfloat16", "boi_token_index": 200080, "eoi_token_index": 200081,
+    "image_token_index": 200092, "tie_word_embeddings": False,
+    "text_config": {
+        "model_type": "llama4_text", "vocab_size": 202048, "hidden_size": 5120,
+        "intermediate_size": 8192, "intermediate_size_mlp": 16384, "num_hidden_layers": 48,
+        "num_attention_heads": 40, "num_key_value_heads": 8, "head_dim": 128,
+        "hidden_act": "silu", "max_position_embeddings": 10485760, "rms_norm_eps": 1e-05,
+        "rope_theta": 500000.0, "rope_scaling": {"factor": 16.0, "high_freq_factor": 1.0,
+        "low_freq_factor": 1.0, "original_max_position_embeddings": 8192, "rope_type": "llama3"},
+        "num_local_experts": 16, "num_experts_per_tok": 1, "interleave_moe_layer_step": 1,
+        "use_qk_norm": True, "attention_chunk_size": 8192, "attn_temperature_tuning": True,
+        "floor_scale": 8192, "attn_scale": 0.1, "no_rope_layers": [1, 1, 1, 0] * 12,
+        "attention_bias": False, "router_aux_loss_coef": 0.001, "torch_dtype": "bfloat16"},
+    "vision_config": {
+        "model_type": "llama4_vision_model", "hidden_size": 1408, "intermediate_size": 5632,
+        "num_hidden_layers": 34, "num_attention_heads": 16, "image_size": 336, "patch_size": 14,
+        "num_channels": 3, "norm_eps": 1e-05, "pixel_shuffle_ratio": 0.5,
+        "projector_input_dim": 4096, "projector_output_dim": 4096, "vision_output_dim": 4096,
+        "rope_theta": 10000, "vision_feature_layer": -1,
+        "vision_feature_select_strategy": "default", "hidden_act": "gelu", "multi_modal_projector_bias": False,
+        "projector_dropout": 0.0, "attention_dropout": 0.0},
+}  # fmt: skip
+"""Llama-4 Scout's shape (``meta-llama/Llama-4-Scout-17B-16E-Instruct``): a multimodal wrapper."""
+
+MODELOPT_LLAMA4 = {"producer": {"name": "modelopt", "version": "0.31.0"},
+                   "quantization": {"quant_algo": "NVFP4", "kv_cache_quant_algo": None, "group_size": 16,
+                                    "exclude_modules": ["lm_head", "vision_model*", "multi_modal_projector*",
+                                                        "*router*"]}}  # fmt: skip
+"""NVIDIA's NVFP4 Llama-4 Scout: the vision tower, projector and routers left in BF16."""
