@@ -204,3 +204,27 @@ def test_published_fp4_formats_and_any_architecture_are_read(tmp_path):
     with pytest.raises(models.ConfigError, match="has no FP4 quantization"):
         models.read(configs.written(tmp_path / "int8", {**configs.QWEN3,
                                                         "quantization_config": weight_only}))  # fmt: skip
+
+
+@pytest.mark.environments
+def test_published_formats_and_architectures_get_an_answer_from_a_real_release(tmp_path):
+    """A compressed-tensors NVFP4 Qwen3 and a ModelOpt NVFP4 GLM-4.5-Air (an architecture
+    fp4lab never named), from their configs alone, through SGLang 0.5.16's own classes and
+    runner on SM12.0: each compiles as released and equals eager. GLM-4.5-Air's MoE routing is a
+    torch.compile'd helper of the release, which inductor compiles for its CPU tensors once
+    Triton's driver probe has its stand-in (``kernels.triton_driver_probe``)."""
+    qwen = models.read(configs.written(tmp_path / "qwen3-ct", {
+        **configs.QWEN3, "quantization_config": configs.COMPRESSED_TENSORS}))  # fmt: skip
+    air = models.read(
+        configs.written(tmp_path / "glm-4.5-air", configs.GLM45_AIR, configs.MODELOPT)
+    )
+    [run] = matrix.measure([qwen, air], [versions.TEST_VERSIONS[-1]], ["12.0"], fresh=True)
+    for model, built in ((qwen, "qwen3.Qwen3ForCausalLM"), (air, "glm4_moe.Glm4MoeForCausalLM")):
+        replay = run.by_model[model.name]["12.0"]
+        row = matrix.row(model, run.version, "12.0", replay, run.calls)
+        assert replay["facts"]["model_class"] == f"sglang.srt.models.{built}"
+        assert (row["outcome"], row["equals_eager"]) == ("compiles", True), row["note"]
+    assert run.by_model[qwen.name]["12.0"]["facts"]["quantization"] == "compressed-tensors"
+    assert "triton_driver_probe" in run.by_model[air.name]["12.0"]["standins_reached"] or any(
+        s["name"] == "triton_driver_probe" for s in run.by_model[air.name]["12.0"]["standins"]
+    )
