@@ -212,7 +212,7 @@ def test_published_formats_and_architectures_get_an_answer_from_a_real_release(t
     fp4lab never named), from their configs alone, through SGLang 0.5.16's own classes and
     runner on SM12.0: each compiles as released and equals eager. GLM-4.5-Air's MoE routing is a
     torch.compile'd helper of the release, which inductor compiles for its CPU tensors once
-    Triton's driver probe has its stand-in (``kernels.triton_driver_probe``)."""
+    Triton's driver probe has its stand-in (``setup_standins.triton_driver_probe``)."""
     qwen = models.read(configs.written(tmp_path / "qwen3-ct", {
         **configs.QWEN3, "quantization_config": configs.COMPRESSED_TENSORS}))  # fmt: skip
     air = models.read(

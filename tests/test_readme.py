@@ -81,7 +81,7 @@ def test_fresh_clone_timings_say_met_or_missed_from_each_newest_record():
 def test_each_finding_is_short_prose_and_the_replays_answers_are_tables(committed_data):
     """At most ``findings.WORDS`` words a finding (what is cut is on the notebook's page); the
     SGLang replays' answers are tables, their releases as ranges (never one release after another)."""
-    from fp4lab.report import findings
+    from fp4lab.report import findings, view
 
     said = findings.findings()
     bullets = [line for line in said.splitlines() if line.startswith("- ")]
@@ -90,5 +90,5 @@ def test_each_finding_is_short_prose_and_the_replays_answers_are_tables(committe
     assert "| SM | tc_piecewise compiles in | blocked in |" in table
     assert re.search(r"\| SM12\.0 \| 0\.5\.\d+–0\.5\.\d+", table), "releases as ranges"
     assert not re.search(r"0\.5\.\d+, 0\.5\.\d+, 0\.5\.\d+", table), "no enumerations"
-    cut = findings.within("One two three. Four five six seven eight nine ten.", 8, "04_x")
+    cut = view.within("One two three. Four five six seven eight nine ten.", 9, "04_x")
     assert cut == "One two three; the rest on 04_x's page."

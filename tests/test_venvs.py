@@ -8,6 +8,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from importlib import metadata
 
 import pytest
@@ -141,14 +142,19 @@ def test_uvs_output_stays_out_of_a_notebook_which_gets_one_line(tmp_path, capsys
 
 
 def test_progress_goes_to_the_terminal_and_the_build_log_never_a_page(monkeypatch, capsys):
-    """Outside a kernel a progress line is on stdout; inside one it is on the kernel's own stderr
-    (the terminal that runs it), not on its page; in the build log either way."""
+    """Outside a kernel a progress line is printed; inside one (whose stdout and stderr, even
+    its process's own, are its page) it is only in the build log, which the runner of the
+    notebook follows onto its terminal."""
     from fp4lab.core import progress
 
-    log = paths.build_dir() / "logs" / "progress.log"
     progress.say("replay 1 of 2")
     assert capsys.readouterr().out == "replay 1 of 2\n"
-    monkeypatch.setattr(progress, "in_kernel", lambda: True)
-    progress.say("replay 2 of 2")
-    assert capsys.readouterr().out == "", "nothing on a page"
-    assert log.read_text().splitlines()[-2:][-1].endswith(" replay 2 of 2")
+    with progress.following(prefix="> ", every_s=0.05):
+        monkeypatch.setattr(progress, "in_kernel", lambda: True)
+        progress.say("replay 2 of 2")
+        time.sleep(0.3)
+        monkeypatch.setattr(progress, "in_kernel", lambda: False)
+    followed = capsys.readouterr().out
+    assert followed.startswith("> ") and followed.rstrip().endswith(" replay 2 of 2")
+    assert followed.count("replay 2 of 2") == 1, "printed by the follower alone"
+    assert progress.log().read_text().splitlines()[-1].endswith(" replay 2 of 2")

@@ -7,6 +7,7 @@ from collections.abc import Iterable
 import pandas as pd
 
 from fp4lab.compile.matrix.result import summarize_versions
+from fp4lab.core import page
 
 
 def _as_record(outcome: object) -> dict:
@@ -159,7 +160,7 @@ def version_table(results: list[object]) -> object:
             else "not measured"
         )
 
-    return pd.DataFrame([{
+    return page.table(pd.DataFrame([{
         "version": r["version"],
         "environment": f"{r['env']} ({r['install_seconds']:.0f} s)" + (f": {r['error']}" if r["error"] else ""),
         "story patches needed": ", ".join(r["story_patches_needed"]) or "",
@@ -167,7 +168,7 @@ def version_table(results: list[object]) -> object:
         "it forwards enable_pdl as is_global_scale_inversed": r["upstream_op_forwarding"] or "",
         "fp4lab custom op": op(r["fp4lab_op"]) if r["env"] != "failed" else "",
         "verdict": r["verdict"], "story's decision holds": r["story_decision_holds"],
-    } for r in rows]).style.hide(axis="index")  # fmt: skip
+    } for r in rows]))  # fmt: skip
 
 
 def version_chains_table(results: list[object]) -> object:
@@ -175,10 +176,10 @@ def version_chains_table(results: list[object]) -> object:
     and the versions it was needed on; its wheel and environment sizes and how it imported."""
     rows = [_as_record(r) for r in results]
     stages = summarize_versions(results)["stages_across_versions"]
-    return pd.DataFrame([{
+    return page.table(pd.DataFrame([{
         "version": r["version"],
         "blockers in order [origin of the patch that removed it; where needed]": _chain_text(r["chain"], stages),
         "wheel MB": round(r["wheel_bytes"] / 2**20, 1) if r["wheel_bytes"] else "",
         "env GB": round(r["env_bytes"] / 2**30, 2) if r["env_bytes"] else "",
         "import on CPU torch": "needed simulated device properties" if r.get("import_staging") else "plain",
-    } for r in rows]).style.hide(axis="index")  # fmt: skip
+    } for r in rows]))  # fmt: skip

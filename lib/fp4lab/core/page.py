@@ -8,6 +8,10 @@ follows it in the exported page too.
 
 from __future__ import annotations
 
+import logging
+
+from fp4lab.core import progress
+
 WRAPPED = [
     {"selector": "", "props": "width: 100%; table-layout: fixed; border-collapse: collapse;"},
     {
@@ -35,15 +39,21 @@ KNOWN_WARNINGS = ("IProgress not found",)
 
 
 LOGGED_OFF_PAGE = ("torchao",)
-"""Libraries whose log lines go to the terminal, not the page: torchao's CUDA extensions failing
-to load on a CPU machine, each with its path in the environment."""
+"""Libraries whose log lines go to the progress log and the terminal, not the page: torchao's CUDA
+extensions failing to load on a CPU machine, each with its path in the environment."""
+
+
+class _ToProgress(logging.Handler):
+    """A library's log line to the progress log (``core.progress``), which the terminal shows."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        progress.say(f"{record.name}: {record.getMessage()}")
 
 
 def in_notebook() -> None:
     """WRAPPED shown once as a style element for the notebook's DataFrames, KNOWN_WARNINGS kept
-    off the page and LOGGED_OFF_PAGE's log lines sent to the kernel's own stderr, the terminal
-    (nothing outside a notebook)."""
-    import logging
+    off the page and LOGGED_OFF_PAGE's log lines sent to the progress log, which the terminal
+    shows (nothing outside a notebook)."""
     import sys
     import warnings
 
@@ -56,5 +66,26 @@ def in_notebook() -> None:
     for name in LOGGED_OFF_PAGE:
         logger = logging.getLogger(name)
         logger.propagate = False
-        logger.addHandler(logging.StreamHandler(sys.__stderr__))
+        logger.addHandler(_ToProgress())
     display(HTML(f"<style>{css('table.dataframe')}</style>"))
+
+
+def table(frame: object, widths: dict[str, str] | None = None, raw: tuple[str, ...] = ()) -> object:
+    """``frame`` (a DataFrame) as a wrapped table without its index, every row shown (a Styler
+    truncates none); ``widths`` per column (CSS), columns in ``raw`` hold HTML (links) and are
+    not escaped, every other cell is, and an empty cell (None, NaN) is left empty."""
+    import html
+
+    import pandas as pd
+
+    styler = frame.style.hide(axis="index").format(
+        lambda v: html.escape("" if v is None or (isinstance(v, float) and pd.isna(v)) else str(v)),
+        subset=[c for c in frame.columns if c not in raw],
+    )
+    styles = list(WRAPPED)
+    for i, column in enumerate(frame.columns):
+        if widths and column in widths:
+            styles.append(
+                {"selector": f"th.col_heading.col{i}", "props": f"width: {widths[column]};"}
+            )
+    return styler.set_table_styles(styles)

@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 
 import fp4lab
-from fp4lab.core import paths, process, records
+from fp4lab.core import paths, process, progress, records
 from fp4lab.core.catalog import (
     KERNEL,
     Notebook,
@@ -79,16 +79,17 @@ def execute(
     executed = out_dir / nb.path.name
     partial = out_dir / f".{nb.path.stem}.{os.getpid()}.partial.ipynb"
     try:
-        papermill.execute_notebook(
-            str(nb.path),
-            str(partial),
-            parameters=parameters or {},
-            kernel_name=KERNEL,
-            progress_bar=False,
-            log_output=log_output,
-            execution_timeout=nb.cell_timeout_s,
-            cwd=str(nb.path.parent),
-        )
+        with progress.following():
+            papermill.execute_notebook(
+                str(nb.path),
+                str(partial),
+                parameters=parameters or {},
+                kernel_name=KERNEL,
+                progress_bar=False,
+                log_output=log_output,
+                execution_timeout=nb.cell_timeout_s,
+                cwd=str(nb.path.parent),
+            )
     except Exception as exc:
         where = _failed_cell(partial)
         if partial.exists():

@@ -121,6 +121,9 @@ def verdict_table() -> pd.DataFrame:
 def verdict_view() -> Styler:
     """The verdict table as the report shows it: wrapped to the page, notebooks as links."""
     table = verdict_table()
+    for column in ("number", "why"):
+        table[column] = [view.within(text, view.CELL_WORDS, nbs[-1]) if text else text
+                         for text, nbs in zip(table[column], table["see"], strict=True)]  # fmt: skip
     table["see"] = [" ".join(view.link(nb) for nb in nbs) for nbs in table["see"]]
     widths = {"optimization": "15%", "story said": "9%", "verdict": "10%", "evidence": "14%",
               "number": "22%", "why": "24%", "see": "6%"}  # fmt: skip

@@ -9,7 +9,7 @@ from __future__ import annotations
 import re
 
 from fp4lab.core import paths, records
-from fp4lab.report import answers
+from fp4lab.report import answers, view
 from fp4lab.report.story import of_kind, story_table
 
 
@@ -34,25 +34,11 @@ def _summary_line(notebook: str, label: str) -> str:
     levels = ", ".join(v.get("evidence") or []) or "a timing"
     head = f"- {label}: **{v['verdict']}**, {v['number']} ({levels} on {where})."
     why = v["why"][:1].upper() + v["why"][1:]
-    return f"{head} {within(why, WORDS - len(head.split()), notebook)}"
+    return f"{head} {view.within(why, WORDS - len(head.split()), notebook)}"
 
 
 WORDS = 120
 """The most words of prose a finding says; the rest is on its notebook's page."""
-
-
-def within(text: str, words: int, notebook: str) -> str:
-    """``text`` cut to its first sentences (or clauses) of at most ``words`` words; where cut,
-    a pointer to the notebook's page, which says the rest."""
-    if len(text.split()) <= words:
-        return text.rstrip(".") + "."
-    kept: list[str] = []
-    for part in re.split(r"(?<=[.;])\s+", text):
-        if len(" ".join([*kept, part]).split()) > words - 6:
-            break
-        kept.append(part)
-    said = " ".join(kept).rstrip(".;") if kept else " ".join(text.split()[: words - 6])
-    return f"{said}; the rest on {notebook}'s page."
 
 
 def _story_line() -> str:
@@ -143,7 +129,7 @@ def _audit_unspecified_line(sm: str = "12.0") -> str:
             f"a symmetric-memory buffer, a CuTe DSL compile-time type, a shape no docstring "
             f"states): {named or 'none'}")  # fmt: skip
     head = f"- FP4 entry points left without an input spec (FlashInfer {version}, SM{sm}):"
-    return f"{head} {within(text, WORDS - len(head.split()), '12_fp4_api_audit')}"
+    return f"{head} {view.within(text, WORDS - len(head.split()), '12_fp4_api_audit')}"
 
 
 def findings() -> str:

@@ -130,8 +130,14 @@ def _levels(rows: list[dict]) -> list[str]:
     return evidence.of_values([r["values"] for r in rows])
 
 
-WIDTHS = {"machine": "11%", "notebook": "11%", "result": "48%", "evidence": "16%", "commit": "6%",
-          "time_utc": "8%"}
+WIDTHS = {
+    "machine": "11%",
+    "notebook": "11%",
+    "result": "48%",
+    "evidence": "16%",
+    "commit": "6%",
+    "time_utc": "8%",
+}
 """The GPU table's column widths on the report's page: the result has room to be read."""
 
 

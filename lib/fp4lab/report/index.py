@@ -16,7 +16,7 @@ from pathlib import Path
 import mistune
 
 from fp4lab.core import catalog, page, paths, records
-from fp4lab.report import decision
+from fp4lab.report import decision, view
 
 REPORT = "10_decision_report"
 
@@ -41,7 +41,8 @@ def _row(nb: catalog.Notebook, html_dir: Path, ran: dict | None) -> str:
     link = f'<a href="{name}.html">{name}</a>' if (html_dir / f"{nb.name}.html").exists() else name
     cells = [
         link, escape(nb.title), f"<strong>{escape(summary.get('verdict', ''))}</strong>",
-        escape(summary.get("number") or ""), escape(", ".join(summary.get("evidence", []))),
+        escape(view.within(summary["number"], view.CELL_WORDS, nb.name) if summary.get("number") else ""),
+        escape(", ".join(summary.get("evidence", []))),
         escape(said.get("status", "not run")), escape(str(said.get("seconds", ""))),
         escape(ran["provenance"]["time_utc"] if ran else ""), escape(said.get("reason", "")),
     ]  # fmt: skip

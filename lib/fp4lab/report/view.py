@@ -3,11 +3,11 @@
 from __future__ import annotations
 
 import html
+import re
 
-import pandas as pd
-from pandas.io.formats.style import Styler
+from fp4lab.core.page import table
 
-from fp4lab.core.page import WRAPPED
+__all__ = ["link", "table", "within"]
 
 
 def link(notebook: str) -> str:
@@ -15,19 +15,19 @@ def link(notebook: str) -> str:
     return f'<a href="{html.escape(notebook)}.html">{html.escape(notebook[:2])}</a>'
 
 
-def table(
-    frame: pd.DataFrame, widths: dict[str, str] | None = None, raw: tuple[str, ...] = ()
-) -> Styler:
-    """``frame`` as a wrapped table without its index; ``widths`` per column (CSS), columns in
-    ``raw`` hold HTML (links) and are not escaped, every other cell is."""
-    styler = frame.style.hide(axis="index").format(
-        lambda v: html.escape("" if v is None else str(v)),
-        subset=[c for c in frame.columns if c not in raw],
-    )
-    styles = list(WRAPPED)
-    for i, column in enumerate(frame.columns):
-        if widths and column in widths:
-            styles.append(
-                {"selector": f"th.col_heading.col{i}", "props": f"width: {widths[column]};"}
-            )
-    return styler.set_table_styles(styles)
+CELL_WORDS = 45
+"""The most words a table cell of the report or the index says; the rest is on the notebook's page."""
+
+
+def within(text: str, words: int, notebook: str) -> str:
+    """``text`` cut to its first sentences (or clauses) of at most ``words`` words; where cut,
+    a pointer to the notebook's page, which says the rest."""
+    if len(text.split()) <= words:
+        return text.rstrip(".") + "."
+    kept: list[str] = []
+    for part in re.split(r"(?<=[.;])\s+", text):
+        if len(" ".join([*kept, part]).split()) > words - 6:
+            break
+        kept.append(part)
+    said = " ".join(kept).rstrip(".;") if kept else " ".join(text.split()[: words - 6])
+    return f"{said}; the rest on {notebook}'s page."

@@ -13,6 +13,7 @@ from fp4lab.compile.audit.run import MUST_WRAP
 from fp4lab.compile.matrix.env import ensure_env, python
 from fp4lab.compile.matrix.versions import check_released
 from fp4lab.core import evidence, params, paths, records, venvs
+from fp4lab.core.progress import say
 
 NOTEBOOK = "12_fp4_api_audit"
 TIMEOUT_S = 900
@@ -54,7 +55,7 @@ def prepare(versions: list[str] | str, sms: list[str], entry_points: list[str]) 
 
 
 def run_audits(
-    versions: list[str], sms: list[str], names: list[str], progress=print
+    versions: list[str], sms: list[str], names: list[str], progress=say
 ) -> dict[str, dict]:
     """Each version's environment built or reused, then audited: one child per version and SM,
     one per core at once. Per version: ``env``, ``error``, its ``rows`` and its ``children``
@@ -88,7 +89,7 @@ def run_audits(
     return found
 
 
-def audit_and_record(rec: records.Recorder, progress=print) -> list[dict]:
+def audit_and_record(rec: records.Recorder, progress=say) -> list[dict]:
     """``run_audits`` on the notebook's parameters; one "entry" record per row, one "version" per
     version, the "summary"; returns the entry rows (each with its ``version``)."""
     versions = rec.params["versions"]

@@ -16,10 +16,11 @@ from fp4lab.compile.matrix.env import TRACE_TIMEOUT_S, child, ensure_env, read_c
 from fp4lab.compile.matrix.result import VERDICTS, VersionResult, summarize_versions
 from fp4lab.compile.matrix.versions import DEFAULT_VERSIONS, check_released, check_versions
 from fp4lab.core import evidence, paths, records, venvs
+from fp4lab.core.progress import say
 
 
 def measure_versions(
-    versions: list[str], workers: int | None = None, progress: Callable[[str], object] = print
+    versions: list[str], workers: int | None = None, progress: Callable[[str], object] = say
 ) -> list[VersionResult]:
     """Build or reuse every environment (in parallel where the machine allows), then trace in
     each (one child per core at once)."""

@@ -197,36 +197,6 @@ def ninja_refused() -> list[dict]:
                    "kernel; each replay lists them (jit_builds_refused)")]  # fmt: skip
 
 
-NO_DRIVER = "fp4lab-no-cuda-driver"
-"""The Triton backend hash inductor is given where Triton's driver finds no libcuda."""
-
-
-def triton_driver_probe() -> list[dict]:
-    """Inductor's Triton backend hash (``torch.utils._triton.triton_hash_with_backend``, a cache
-    key it asks for whenever torch says CUDA is there) answers ``NO_DRIVER`` where Triton's NVIDIA
-    driver finds no libcuda: the release's ``torch.compile``'d helpers (MoE routing, ...) then
-    compile for the CPU tensors they are given, as on a GPU they compile for its tensors."""
-    import torch.utils._triton as triton_utils
-
-    asked = triton_utils.triton_hash_with_backend
-    if getattr(asked, "__wrapped_by_fp4lab__", False):
-        return []
-
-    def hashed() -> str:
-        try:
-            return asked()
-        except AssertionError:  # Triton's "libcuda.so cannot found!"
-            return NO_DRIVER
-
-    hashed.__wrapped_by_fp4lab__ = True  # type: ignore[attr-defined]
-    triton_utils.triton_hash_with_backend = hashed
-    return [record("triton_driver_probe", "torch.utils._triton.triton_hash_with_backend",
-                   "inductor asks Triton's NVIDIA driver for a cache key whenever torch says CUDA "
-                   "is there (the simulated GPU); the driver finds no libcuda on this machine, so "
-                   f"the key is {NO_DRIVER!r} and the release's torch.compile'd helpers compile "
-                   "for the CPU tensors they are given")]  # fmt: skip
-
-
 def refused_builds(log: Path) -> list[str]:
     """The CUDA modules whose builds ``ninja_refused`` refused, from the folders in ``log`` (then
     removed): each module's name (tvm-ffi's hash, SGLang's build and staging folders left out)."""

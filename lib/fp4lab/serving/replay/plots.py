@@ -8,7 +8,7 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from fp4lab.core import evidence, figures, glm5, records
+from fp4lab.core import evidence, figures, glm5, page, records
 from fp4lab.serving.replay import decide, timeline, upstream, versions
 
 COLOURS = dict(
@@ -34,34 +34,34 @@ def table(rows: list[dict]) -> object:
     blocker, what the patch gave, and why in a few words."""
     import pandas as pd
 
-    return pd.DataFrame([
+    return page.table(pd.DataFrame([
         {"release": r["sglang_version"], "SM": r["sm"], "with no flag": r.get("default_prefill") or "",
          "flag for tc_piecewise": r["flag"], "outcome": r["outcome"],
          "first blocker": timeline.state(r).removeprefix("blocked at ") if r["outcome"] == "blocked" else "",
          "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
         for r in rows
-    ]).style.hide(axis="index")  # fmt: skip
+    ]))  # fmt: skip
 
 
 def timeline_table(rows: list[dict]) -> object:
     """The timeline per SM: each run of consecutive releases with one outcome."""
     import pandas as pd
 
-    return pd.DataFrame([
+    return page.table(pd.DataFrame([
         {"SM": g["sm"], "releases": versions.span(g["from"], g["to"]), "outcome": g["state"]}
         for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.runs(rows, sm)
-    ])  # fmt: skip
+    ]))  # fmt: skip
 
 
 def defaults_table(rows: list[dict]) -> object:
     """Per SM, runs of releases with one default prefill graph and the rule that decided it."""
     import pandas as pd
 
-    return pd.DataFrame([
+    return page.table(pd.DataFrame([
         {"SM": g["sm"], "releases": versions.span(g["from"], g["to"]),
          "prefill graph with no flag": g["default_prefill"] or "", "decided at": g["rule"] or ""}
         for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.defaults(rows, sm)
-    ]).style.hide(axis="index")  # fmt: skip
+    ]))  # fmt: skip
 
 
 def upstream_table(notebook: str) -> object:
@@ -71,9 +71,7 @@ def upstream_table(notebook: str) -> object:
 
     found = [r["values"] for r in records.latest(notebook) if r["kind"] == "upstream"]
     keep = ("source", "release", "SM", "replay", "verdict", "why")
-    return pd.DataFrame([{k: r[k] for k in keep} for r in upstream.grouped(found)]).style.hide(
-        axis="index"
-    )
+    return page.table(pd.DataFrame([{k: r[k] for k in keep} for r in upstream.grouped(found)]))
 
 
 def standins_table(notebook: str) -> object:
@@ -83,8 +81,10 @@ def standins_table(notebook: str) -> object:
     found = [r["values"] for r in records.latest(notebook) if r["kind"] == "replay"]
     seen = {(s["name"], s.get("boundary", s.get("module", ""))): s for f in found
             for s in f.get("standins", [])}  # fmt: skip
-    return pd.DataFrame([{"name": s["name"], "boundary": s.get("boundary", s.get("module", "")),
-                          "why": s["why"]} for s in seen.values()])  # fmt: skip
+    return page.table(pd.DataFrame([
+        {"name": s["name"], "boundary": s.get("boundary", s.get("module", "")), "why": s["why"]}
+        for s in seen.values()
+    ]))  # fmt: skip
 
 
 def calls_table(notebook: str) -> object:
@@ -92,12 +92,12 @@ def calls_table(notebook: str) -> object:
     import pandas as pd
 
     found = [r["values"] for r in records.latest(notebook) if r["kind"] == "flashinfer_fp4_calls"]
-    return pd.DataFrame([
+    return page.table(pd.DataFrame([
         {"sglang_version": f["sglang_version"], "where": f"{c['file']}:{c['line']}",
          "call": c["call"], "entry_point": c["entry_point"], "function": c["function"],
          "wrapped": c["wrapped"], "also_bound_from": ", ".join(c["also_bound_from"])}
         for f in found for c in f["calls"]
-    ])  # fmt: skip
+    ]))  # fmt: skip
 
 
 def cell_text(row: dict) -> str:
@@ -214,13 +214,13 @@ def matrix_table(rows: list[dict]) -> object:
     outcome, the blockers with dynamo's graph-break codes, what the patch gave, why."""
     import pandas as pd
 
-    return pd.DataFrame([
+    return page.table(pd.DataFrame([
         {"model": r["model"], "release": r["sglang_version"], "SM": r["sm"],
          "flag for tc_piecewise": r["flag"], "outcome": r["outcome"],
          "blockers": "; ".join(map(decide.blocker_text, r["blocker_frames"])),
          "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
         for r in rows
-    ]).style.hide(axis="index")  # fmt: skip
+    ]))  # fmt: skip
 
 
 def plot_matrix(rows: list[dict]) -> object:
