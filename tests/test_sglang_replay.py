@@ -16,6 +16,7 @@ import json
 import logging
 import os
 import re
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -233,7 +234,7 @@ def later_release():
     return run, replay, decide.cell(version, "12.0", replay, run.calls)
 
 
-def test_a_later_release_lets_glm5_through_as_released_and_equals_eager(later_release):
+def test_a_later_release_traces_glm5_through_but_reaches_a_kernel_sm120_lacks(later_release):
     run, replay, row = later_release
     assert run.environment.differs == ["torch: release pins ==2.11.0, installed 2.13.0+cpu"]
     assert "error" not in replay and "harness_error" not in replay, replay
@@ -250,16 +251,52 @@ def test_a_later_release_lets_glm5_through_as_released_and_equals_eager(later_re
     )  # fmt: skip
     jit_cache = Path(os.environ.get("TVM_FFI_CACHE_DIR", "~/.cache/tvm-ffi")).expanduser()
     assert not [*jit_cache.rglob("*.o"), *jit_cache.rglob("*.so")], "nvcc or not, nothing built"
-    assert (row["outcome"], row["flag"]) == (
-        "compiles",
-        "--cuda-graph-backend-prefill tc_piecewise",
-    )
+    assert (row["traced"], row["flag"]) == ("compiles", "--cuda-graph-backend-prefill tc_piecewise")
+    [fmha] = [k for k in row["kernels"] if "TllmGenFmhaRunner" in k["kernel"]]
+    assert (fmha["available"], fmha["chosen"]) == (
+        "no",
+        "the release resolved dsa_prefill_backend=trtllm",
+    ), "0.5.16 on SM12.0 resolves trtllm DSA prefill (FP8 KV), whose FMHA runner admits SM10x only"
+    assert "fmhaRunner.cuh" in fmha["evidence"] and "kSM_100" in fmha["evidence"]
+    assert row["outcome"] == "kernel unavailable" and row["kernels_missing"] == [fmha["kernel"]]
+    assert {k["kernel"]: k["available"] for k in row["kernels"]}["FlashInfer mm_fp4"] == "yes"
     assert row["default_prefill"] == "disabled", "0.5.16 switches breakable off for MLA models"
     assert row["default_rule"].startswith("sglang/srt/server_args.py:") and (
         "Breakable CUDA graph is incompatible with MLA attention" in row["default_rule"]
     )
     assert row["graph_flags"]["breakable"] == "--cuda-graph-backend-prefill breakable"
     assert replay["fix"]["steps"][0]["entry"].endswith("ModelRunner.init_cuda_graphs")
+
+
+AVAILABILITY = """
+import json, sys
+from fp4lab.serving.replay.inside import simulated_gpu
+with simulated_gpu((int(sys.argv[1]), 0)):
+    import flashinfer
+    from fp4lab.serving.replay import availability
+    found = availability.check({"attention_backend.forward": 1, "sglang::fp4_gemm": 1},
+                               {"attention_backend": "dsa", "dsa_prefill_backend": "trtllm"},
+                               (int(sys.argv[1]), 0))
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize("major", [9, 10, 12])
+def test_a_kernel_is_unavailable_on_one_sm_and_available_on_another(later_release, major):
+    """The release's own FlashInfer says so: trtllm-gen FMHA's arch check admits SM10x only, and
+    mm_fp4 declares no SM9.0 backend."""
+    run, _, _ = later_release
+    done = subprocess.run([str(run.environment.python), "-c", AVAILABILITY, str(major)],
+                          capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    said = {k["kernel"]: k for k in json.loads(done.stdout.splitlines()[-1])}
+    fmha = said["FlashInfer trtllm-gen FMHA (TllmGenFmhaRunner)"]
+    assert fmha["available"] == ("yes" if major == 10 else "no"), fmha
+    assert re.search(r"fmhaRunner\.cuh:\d+: FLASHINFER_CHECK\(mSM == kSM_100", fmha["evidence"])
+    gemm = said["FlashInfer mm_fp4"]
+    assert gemm["available"] == ("no" if major == 9 else "yes"), gemm
+    assert f"({major}0) is {major != 9}" in gemm["evidence"]
 
 
 def test_a_patch_walk_is_the_same_whatever_walked_before_it(later_release):
@@ -284,10 +321,10 @@ def test_the_timeline_puts_the_two_outcomes_in_release_order(notebook_records, l
     runs = timeline.runs([*story, later], "12.0")
     assert [(g["from"], g["outcome"]) for g in runs] == [
         (versions.STORY_VERSION, "blocked"),
-        (versions.TEST_VERSIONS[-1], "compiles"),
+        (versions.TEST_VERSIONS[-1], "kernel unavailable"),
     ]
     points = timeline.turning_points([*story, later], "12.0")
-    assert points["first_compiles"] == versions.TEST_VERSIONS[-1]
+    assert points["first_compiles"] is None, "traced through, but a kernel it reaches is missing"
     summary = _of(notebook_records, "summary")[-1]
     assert summary["timeline"]["12.0"]["sentence"].startswith(
         f"SM12.0: {versions.STORY_VERSION} blocked at FlashInfer's FP4 quantize JIT (the story's nvcc"

@@ -320,6 +320,42 @@ def test_compiles_needs_pieces_that_ran_and_logits_equal_to_eager():
     assert timeline.recommendation([{**wrong, "model": "GLM-5"}], "10.0").startswith("no release")
 
 
+FMHA_NO = {
+    "kernel": "FlashInfer trtllm-gen FMHA (TllmGenFmhaRunner)",
+    "library": "flashinfer",
+    "available": "no",
+    "chosen": "the release resolved dsa_prefill_backend=trtllm",
+    "evidence": "fmhaRunner.cuh:37: FLASHINFER_CHECK(mSM == kSM_100 || mSM == kSM_103, ...)",
+}
+"""Shaped like 0.5.16's SM12.0 replay's record of its trtllm DSA prefill kernel."""
+
+
+def test_a_kernel_the_sm_lacks_ranks_ahead_of_compiles_and_blocked_and_unknown_does_not():
+    unknown = {"kernel": "sgl_kernel::rmsnorm", "library": None, "available": "unknown",
+               "evidence": "no arch evidence read for this kernel", "chosen": "reached"}  # fmt: skip
+    lacks = decide.cell("0.5.16", "12.0", {**_compiled(equals_eager=True, pieces=3),
+                                           "kernel_availability": [unknown, FMHA_NO]})  # fmt: skip
+    known = decide.cell("0.5.16", "10.0", {**_compiled(equals_eager=True, pieces=3),
+                                           "kernel_availability": [unknown]})  # fmt: skip
+    assert (lacks["outcome"], lacks["traced"]) == ("kernel unavailable", "compiles")
+    assert lacks["kernels_missing"] == [FMHA_NO["kernel"]]
+    assert "does not exist for SM12.0" in lacks["note"] and "fmhaRunner.cuh:37" in lacks["note"]
+    assert known["outcome"] == "compiles" and known["kernels"] == [unknown]
+    assert timeline.state(lacks) == f"kernel unavailable: {FMHA_NO['kernel']}"
+    said = decide.decision([lacks, known])
+    assert said["verdict"] == "PARTLY BLOCKED" and "kernel unavailable in 1" in said["number"]
+    assert decide.decision([lacks])["verdict"] == "BLOCKED"
+    blocked = {**_compiled(), "fix": {"steps": [{"status": "unsupported", "signature": "x",
+               "blocker_frame": "f.py:1", "message": "m"}], "parts": [], "compiles": False},
+               "kernel_availability": [FMHA_NO]}  # fmt: skip
+    assert decide.cell("0.5.16", "12.0", blocked)["outcome"] == "kernel unavailable"
+    absent = decide.cell("0.5.16", "12.0", {"resolution": REACHED, "not_driven": "x",
+                                            "kernel_availability": [FMHA_NO]})  # fmt: skip
+    assert absent["outcome"] == "not applicable", (
+        "no graph to run: the SM's kernels do not decide it"
+    )
+
+
 def test_a_verdicts_guard_raises_under_python_O_and_lib_holds_no_assert():
     import ast
     from pathlib import Path
@@ -340,7 +376,8 @@ def test_upstreams_facts_are_held_against_the_replays_cells_both_ways():
     rows = [
         _row("0.5.13", "10.0", "compiles"), _row("0.5.14", "10.0", "compiles"),
         _row("0.5.15", "10.0", "blocked", note="blockers: x"),
-        _row("0.5.16", "12.0", "compiles", kernel_backends=trtllm),
+        _row("0.5.16", "12.0", "kernel unavailable", kernel_backends=trtllm, kernels=[FMHA_NO]),
+        _row("0.5.17", "12.0", "compiles", kernel_backends=trtllm, kernels=[]),
         _row("0.5.21", "12.0", "blocked", blockers=[musa],
              kernel_backends={**trtllm, "dsa_prefill_backend": "flashinfer_sparse_mla"}),
         _row("0.5.12", "12.0", "compiles"),
@@ -350,6 +387,7 @@ def test_upstreams_facts_are_held_against_the_replays_cells_both_ways():
     assert held[ci, "0.5.13", "10.0"] == held[ci, "0.5.14", "10.0"] == "agree"
     assert held[ci, "0.5.15", "10.0"] == "disagree"
     assert held["sglang#29562", "0.5.16", "12.0"] == "agree"
+    assert held["sglang#29562", "0.5.17", "12.0"] == "not comparable", "no FMHA kernel recorded"
     assert held["sglang#29562", "0.5.21", "12.0"] == "disagree"
     assert held["sglang#26087", "0.5.12", "12.0"] == "not comparable"
     assert held["sglang#39054", "0.5.21", "12.0"] == "agree"

@@ -61,14 +61,15 @@ def per_sm() -> str:
     timeline = (summary or {}).get("timeline")
     if not timeline:
         return ""
-    lines = ["| SM | tc_piecewise compiles in | blocked in | with no flag the release gives | "
-             "what to run | the kernels it resolves (their availability not checked) |",
-             "|---|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| SM | tc_piecewise compiles in | blocked in | a kernel the SM lacks in | "
+             "with no flag the release gives | what to run | its kernels: backends, availability |",
+             "|---|---|---|---|---|---|---|"]  # fmt: skip
     for sm in sorted(timeline, key=float):
         line = timeline[sm]
         cells = [f"SM{sm}", _where(line["runs"], "compiles") or "none",
-                 _where(line["runs"], "blocked") or "none", _defaults(line), line["recommendation"],
-                 line.get("kernels") or ""]  # fmt: skip
+                 _where(line["runs"], "blocked") or "none",
+                 _where(line["runs"], "kernel unavailable") or "none", _defaults(line),
+                 line["recommendation"], line.get("kernels") or ""]  # fmt: skip
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 
@@ -79,13 +80,15 @@ def per_model() -> str:
     timelines = (summary or {}).get("timelines")
     if not timelines:
         return ""
-    lines = ["| model | SM | tc_piecewise compiles in | blocked in | not measured in |",
-             "|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| model | SM | tc_piecewise compiles in | blocked in | a kernel the SM lacks in | "
+             "not measured in |", "|---|---|---|---|---|---|"]  # fmt: skip
     for name, sms in timelines.items():
         for sm in sorted(sms, key=float):
             runs = sms[sm]["runs"]
             cells = [name, f"SM{sm}", _where(runs, "compiles") or "none",
-                     _where(runs, "blocked") or "none", _where(runs, "not measured") or "none"]  # fmt: skip
+                     _where(runs, "blocked") or "none",
+                     _where(runs, "kernel unavailable") or "none",
+                     _where(runs, "not measured") or "none"]  # fmt: skip
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

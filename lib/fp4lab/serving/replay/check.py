@@ -57,6 +57,12 @@ def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[di
     kernels = [s["name"] for s in replay.get("standins", []) if "kernels" in s]
     unused = sorted(set(kernels) - set(ran))
     setup = sorted({s["name"] for s in replay.get("standins", []) if "kernels" not in s})
+    lines += [f"  kernel {k['kernel']} on SM{sm}: {k['available']} ({k['evidence']})"
+              for k in row["kernels"] or [] if k["library"]]  # fmt: skip
+    unread = [k["kernel"] for k in row["kernels"] or [] if not k["library"]]
+    lines += [f"  kernels reached with no arch evidence read ({len(unread)}): "
+              f"{', '.join(unread) or 'none'}"] if row["kernels"] is not None else [
+              "  kernels' availability: not recorded"]  # fmt: skip
     lines += [f"  stand-in kernels reached ({len(ran)}): {', '.join(ran) or 'none'}",
               f"  stand-in kernels installed, not reached ({len(unused)}): {', '.join(unused) or 'none'}",
               f"  set-up stand-ins ({len(setup)}): {', '.join(setup)}"]  # fmt: skip

@@ -43,6 +43,7 @@ import torch
 from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, forks, paths, probe
 from fp4lab.serving.replay import (
+    availability,
     facts,
     forward,
     kernels,
@@ -261,6 +262,12 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     found["jit_builds_refused"] = kernels.refused_builds(refused)  # their fallbacks were traced
     found["kernels_reached"] = dict(sorted(reached.REACHED.items()))
     found["standins_reached"] = reached.names(found["standins"])
+    try:
+        found["kernel_availability"] = availability.check(
+            reached.REACHED, vars(built.server_args), sm
+        )
+    except Exception as exc:  # fp4lab's reading failed: the kernels' availability is unknown
+        found["kernel_availability_error"] = failure(exc)
     return found | facts.release_rules()
 
 

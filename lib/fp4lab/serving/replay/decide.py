@@ -17,9 +17,10 @@ from fp4lab.serving.replay import flags as flags_module
 STORY_SIGNATURES = ("subprocess", "file_io", "compiler_disable_under_fullgraph")
 """The story's three blockers (nvcc query, the JIT's file I/O, the compiler.disable patch)."""
 
-OUTCOMES = ("blocked", "compiles", "wrong output", "not applicable", "not measured")
+OUTCOMES = ("blocked", "compiles", "wrong output", "kernel unavailable", "not applicable",
+            "not measured")  # fmt: skip
 
-MEASURED = ("blocked", "compiles", "wrong output")
+MEASURED = ("blocked", "compiles", "wrong output", "kernel unavailable")
 """The outcomes of a cell whose model was traced and run: the ones a verdict counts."""
 
 BLOCKERS = {
@@ -92,10 +93,29 @@ def declined_note(step: dict, architecture: str = glm5.ARCHITECTURE) -> str:
 
 
 def cell(version: str, sm: str, replay: dict, calls: list[dict] | None = None) -> dict:
-    """One (release, SM) row of the decision table, with its note's first clause and the harness
-    frame where fp4lab's harness failed."""
-    row = _cell(version, sm, replay, calls)
+    """One (release, SM) row of the decision table, with its note's first clause, the harness
+    frame where fp4lab's harness failed, and each kernel it reached with its availability on
+    the SM; a traced cell that reached a kernel its SM lacks is "kernel unavailable", whatever
+    the trace gave (the trace's outcome is kept as ``traced``)."""
+    row = unavailable(_cell(version, sm, replay, calls), replay)
     return {"harness_frame": None, **row, "why_short": short(row["note"])}
+
+
+def unavailable(row: dict, replay: dict) -> dict:
+    """``row`` with the kernels its replay reached and their availability; "kernel unavailable"
+    where a traced cell reached one its SM lacks (the installed package's evidence named)."""
+    found = replay.get("kernel_availability")
+    row = {**row, "kernels": found, "kernels_missing": [
+        k["kernel"] for k in found or [] if k["available"] == "no"], "traced": row["outcome"]}  # fmt: skip
+    if replay.get("kernel_availability_error"):
+        row["kernels_note"] = (f"fp4lab failed to read the kernels' availability: "
+                               f"{replay['kernel_availability_error']['error']}")  # fmt: skip
+    if not row["kernels_missing"] or row["outcome"] not in MEASURED:
+        return row
+    first = next(k for k in found if k["available"] == "no")
+    note = (f"{first['kernel']} does not exist for SM{row['sm']} ({first['library']}: "
+            f"{first['evidence']}; {first['chosen']}); the trace: {row['note']}")  # fmt: skip
+    return {**row, "outcome": "kernel unavailable", "note": note}
 
 
 def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict:
@@ -240,6 +260,8 @@ def decision(rows: list[dict]) -> dict:
     harness failed to measure are counted apart."""
     traced = [r for r in rows if r["outcome"] in MEASURED]
     blocked = [(r["sglang_version"], r["sm"]) for r in traced if r["outcome"] == "blocked"]
+    missing = [(r["sglang_version"], r["sm"]) for r in traced
+               if r["outcome"] == "kernel unavailable"]  # fmt: skip
     wrong = [(r["sglang_version"], r["sm"]) for r in traced if r["outcome"] == "wrong output"]
     compiles = [(r["sglang_version"], r["sm"]) for r in traced if r["outcome"] == "compiles"]
     patched = [r for r in traced if r["outcome"] == "blocked" and r["equals_eager"]]
@@ -251,20 +273,25 @@ def decision(rows: list[dict]) -> dict:
         return {"verdict": "NOT APPLICABLE" if unreachable and not unmeasured else "UNMEASURED",
                 "number": f"no release x SM traced here{apart}",
                 "why": "no release's GLM-5 could be built and traced on this machine"}  # fmt: skip
-    verdict = ("UNBLOCKED" if not blocked and not wrong else "PARTLY BLOCKED" if compiles
-               else "BLOCKED" if blocked else "WRONG OUTPUT")  # fmt: skip
+    verdict = ("UNBLOCKED" if not blocked and not wrong and not missing
+               else "PARTLY BLOCKED" if compiles else "BLOCKED" if blocked or missing
+               else "WRONG OUTPUT")  # fmt: skip
     parts = sorted({p for r in traced for p in r["patch"]}, key=patch.PARTS.index)
     why = (f"SGLang's own {glm5.ARCHITECTURE} (tiny config, NVFP4, dummy weights) traced through "
            f"each release's piecewise runner; compiles as released in "
            f"{versions.by_sm(compiles) or 'none'}; blocked in {versions.by_sm(blocked) or 'none'}"
            + (f"; compiles but does NOT equal eager in {versions.by_sm(wrong)}" if wrong else "")
+           + (f"; a kernel it reaches does not exist for the SM in {versions.by_sm(missing)}"
+              if missing else "")
            + (f"; fp4lab's patch ({', '.join(parts)}) makes {len(patched)} of the blocked "
               f"compile and equal eager" if parts else ""))  # fmt: skip
     if unreachable:
         why += f"; no GLM-5 option reaches torch.compile piecewise graphs in {versions.ranges(unreachable)}"
     if unmeasured:
         why += f"; not measured (harness): {versions.by_sm(unmeasured)}"
-    differs = f", wrong output in {len(wrong)}" if wrong else ""
+    differs = (f", wrong output in {len(wrong)}" if wrong else "") + (
+        f", kernel unavailable in {len(missing)}" if missing else ""
+    )
     number = (f"compiles in {len(compiles)}, blocked in {len(blocked)}{differs} of {len(traced)} "
               f"reachable release x SM traced{apart}")  # fmt: skip
     return {"verdict": verdict, "number": number, "why": why}

@@ -91,13 +91,16 @@ def decision(rows: list[dict]) -> dict:
     verdict = ("UNMEASURED" if not reachable else "UNBLOCKED" if len(works) == len(reachable)
                else "PARTLY BLOCKED" if works else "BLOCKED")  # fmt: skip
     per = "; ".join(f"{name}: {c['compiles']} compile, {c['blocked']} blocked, "
-                    f"{c['wrong output']} wrong output, "
+                    f"{c['wrong output']} wrong output, {c['kernel unavailable']} kernel unavailable, "
                     f"{c['not applicable']} not applicable, {c['not measured']} not measured"
                     for name, c in ((n, counts([r for r in rows if r["model"] == n]))
                                     for n in dict.fromkeys(r["model"] for r in rows)))  # fmt: skip
-    wrong = len(reachable) - len(works) - len(blocked)
-    number = f"{len(blocked)} of {len(reachable)} reachable model x release x SM blocked" + (
-        f", {wrong} wrong output" if wrong else ""
+    wrong = sum(r["outcome"] == "wrong output" for r in reachable)
+    missing = sum(r["outcome"] == "kernel unavailable" for r in reachable)
+    number = (
+        f"{len(blocked)} of {len(reachable)} reachable model x release x SM blocked"
+        + (f", {wrong} wrong output" if wrong else "")
+        + (f", {missing} kernel unavailable" if missing else "")
     )
     return {"verdict": verdict, "number": number, "why": per}
 

@@ -12,9 +12,13 @@ from fp4lab.core import evidence, figures, glm5, page, records
 from fp4lab.serving.replay import decide, timeline, upstream, versions
 
 COLOURS = dict(
-    zip(decide.OUTCOMES, ("#d62728", "#2ca02c", "#ff7f0e", "#9edae5", "#eeeeee"), strict=True)
+    zip(
+        decide.OUTCOMES,
+        ("#d62728", "#2ca02c", "#ff7f0e", "#9467bd", "#9edae5", "#eeeeee"),
+        strict=True,
+    )
 )
-"""blocked, compiles, wrong output, not applicable, not measured."""
+"""blocked, compiles, wrong output, kernel unavailable, not applicable, not measured."""
 PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer split",
               "dsa_attention_split_op": "DSA attn split", "musa_probe_constant": "musa const"}  # fmt: skip
 
@@ -148,7 +152,8 @@ def save_decision_figure(rows: list[dict], notebook: str) -> Path:
 GRAPH_SHORT = {"tc_piecewise": "tc", "breakable": "brk", "full": "full", "disabled": "off"}
 """The default prefill graph as a cell of the grid says it."""
 
-MARKS = {"compiles": "ok", "wrong output": "W", "not applicable": "-", "not measured": "?"}
+MARKS = {"compiles": "ok", "wrong output": "W", "kernel unavailable": "K", "not applicable": "-",
+         "not measured": "?"}  # fmt: skip
 """What a grid cell of each outcome but "blocked" says (a blocked cell names its blocker)."""
 
 

@@ -27,6 +27,8 @@ def state(row: dict) -> str:
         return f"compiles with {row['flag']}" if row["flag"] != "none needed" else "compiles"
     if row["outcome"] == "wrong output":
         return "compiles, does NOT equal eager"
+    if row["outcome"] == "kernel unavailable":
+        return f"kernel unavailable: {', '.join(row['kernels_missing'])}"
     if row["outcome"] == "not measured":
         return f"not measured (harness: {row.get('harness_frame') or 'see note'})"
     return f"not applicable ({row['why_short']})"
@@ -92,6 +94,12 @@ def recommended(rows: list[dict], sm: str) -> dict | None:
     return (compiles or patched or [None])[-1]
 
 
+def newest_measured(rows: list[dict], sm: str) -> dict | None:
+    """The newest release's cell of ``sm`` whose model was traced and run (None: none was)."""
+    measured = [r for r in rows if r["sm"] == sm and r["outcome"] in decide.MEASURED]
+    return max(measured, key=lambda r: versions.order(r["sglang_version"]), default=None)
+
+
 KERNEL_CHOICES = ("attention_backend", "dsa_prefill_backend", "dsa_decode_backend",
                   "nsa_prefill_backend", "nsa_decode_backend", "moe_runner_backend",
                   "fp4_gemm_runner_backend", "kv_cache_dtype")  # fmt: skip
@@ -100,10 +108,18 @@ KERNEL_CHOICES = ("attention_backend", "dsa_prefill_backend", "dsa_decode_backen
 
 def kernels(row: dict | None) -> str:
     """The kernels a cell's release resolved for the model (its attention, DSA, MoE and FP4 GEMM
-    backends and KV cache dtype), in a few words; '' where none was recorded."""
+    backends and KV cache dtype) and each reached kernel whose arch evidence was read, with its
+    availability on the cell's SM, in a few words; '' where none was recorded."""
     chosen = (row or {}).get("kernel_backends") or {}
-    return ", ".join(f"{k.removesuffix('_backend')}={chosen[k]}" for k in KERNEL_CHOICES
+    said = ", ".join(f"{k.removesuffix('_backend')}={chosen[k]}" for k in KERNEL_CHOICES
                      if chosen.get(k) not in (None, "auto"))  # fmt: skip
+    found = (row or {}).get("kernels")
+    if found is None:
+        return said + ("; availability not recorded" if said else "")
+    read = "; ".join(f"{k['kernel']}: {k['available']}" for k in found if k["library"])
+    unread = sum(not k["library"] for k in found)
+    return "; ".join(p for p in (said, read, f"{unread} more with no arch evidence read" if unread
+                                 else "") if p)  # fmt: skip
 
 
 def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
@@ -125,6 +141,13 @@ def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
         return (f"SGLang {r['sglang_version']} with `{r['flag']}` and fp4lab's patch "
                 f"({'+'.join(r['patch'])}: `python -m fp4lab.serving.replay --sglang "
                 f"{r['sglang_version']} --sm {sm} --write-patch DIR{config}`)")  # fmt: skip
+    lacking = [r for r in rows if r["sm"] == sm and r["outcome"] == "kernel unavailable"]
+    if lacking:
+        newest = max(lacking, key=lambda r: versions.order(r["sglang_version"]))
+        return (f"no release measured here lets {model} through torch.compile piecewise graphs "
+                f"on SM{sm}; SGLang {newest['sglang_version']} traces through but reaches "
+                f"{', '.join(newest['kernels_missing'])}, which does not exist for SM{sm} "
+                f"(no backend flag that avoids it was measured)")  # fmt: skip
     return f"no release measured here lets {model} through torch.compile piecewise graphs"
 
 
@@ -151,7 +174,7 @@ def timeline(rows: list[dict], model: str = "GLM-5") -> dict:
     """Per SM: its runs, turning points, recommendation and sentence, for the records."""
     return {
         sm: {"runs": runs(rows, sm), "defaults": defaults(rows, sm), **turning_points(rows, sm),
-             "kernels": kernels(recommended(rows, sm)),
+             "kernels": kernels(recommended(rows, sm) or newest_measured(rows, sm)),
              "recommendation": recommendation(rows, sm, model),
              "sentence": sentence(rows, sm, model)}
         for sm in dict.fromkeys(r["sm"] for r in rows)
@@ -167,6 +190,8 @@ def what(r: dict) -> str:
         return f"blocked at {r['blocked_at']}; patch {'+'.join(r['patch'])}: compiles, {same} eager"
     if r["outcome"] in ("not applicable", "not measured"):
         return f"{r['outcome']} ({decide.short(r['note'])})"
+    if r["outcome"] == "kernel unavailable":
+        return f"kernel unavailable: {', '.join(r['kernels_missing'])}"
     return "compiles as released"
 
 

@@ -4,8 +4,8 @@ disagree, or why the two cannot be compared.
 Each fact is a citation (upstream's CI, an issue with its logs), never an outcome of fp4lab's:
 it names the releases and SM it was seen on and what was seen; ``agreement`` reads the replay's
 decision rows for the same cells and says whether they say the same, comparing only what the
-replay measured (the resolution, the trace, the compiled output), never the kernels it stood in
-for.
+replay measured (the resolution, the trace, the compiled output, the kernels' availability as
+the installed packages declare it), never what the kernels it stood in for would have done.
 """
 
 from __future__ import annotations
@@ -17,8 +17,8 @@ from fp4lab.serving.replay import decide, versions
 
 AGREE, DISAGREE, NOT_COMPARABLE = "agree", "disagree", "not comparable"
 
-STOOD_IN = ("the replay stands in for the attention backend and DeepGEMM and does not check "
-            "their kernels' architectures (kernel availability is not measured yet)")  # fmt: skip
+STOOD_IN = ("the replay stands in for DeepGEMM's kernels and reads no arch evidence for them "
+            "(their availability is unknown)")  # fmt: skip
 
 
 @dataclass(frozen=True)
@@ -36,7 +36,7 @@ class Fact:
 def _ci_runs(row: dict) -> tuple[str, str]:
     if row["outcome"] == "compiles":
         return AGREE, "compiles as released and equals eager"
-    if row["outcome"] in ("blocked", "wrong output"):
+    if row["outcome"] in ("blocked", "wrong output", "kernel unavailable"):
         return DISAGREE, f"the replay says {row['outcome']}: {decide.short(row['note'])}"
     return NOT_COMPARABLE, f"{row['outcome']}: {decide.short(row['note'])}"
 
@@ -49,8 +49,15 @@ def _dsa_trtllm_fp8(row: dict) -> tuple[str, str]:
               chosen.get("dsa_decode_backend") or chosen.get("nsa_decode_backend"),
               chosen.get("kv_cache_dtype"))  # fmt: skip
     said = f"the release resolves prefill={picked[0]}, decode={picked[1]}, KV {picked[2]}"
-    verdict = AGREE if picked == ("trtllm", "trtllm", "fp8_e4m3") else DISAGREE
-    return verdict, f"{said}; the runner's failure itself: not comparable ({STOOD_IN})"
+    fmha = [k for k in row.get("kernels") or [] if "TllmGenFmhaRunner" in k["kernel"]]
+    if picked != ("trtllm", "trtllm", "fp8_e4m3"):
+        return DISAGREE, said
+    if not fmha:
+        return NOT_COMPARABLE, f"{said}; the replay recorded no trtllm-gen FMHA kernel"
+    gate = fmha[0]
+    verdict = AGREE if gate["available"] == "no" else DISAGREE
+    return verdict, (f"{said}; trtllm-gen FMHA on SM{row['sm']}: {gate['available']} "
+                     f"({gate['evidence']})")  # fmt: skip
 
 
 def _deepgemm(row: dict) -> tuple[str, str]:
