@@ -37,6 +37,9 @@ def test_the_built_in_set_has_five_architectures_with_sources():
         assert model.source["published"].split()[0].startswith("https://"), name
         assert isinstance(model.source["assumed"], list), name
     assert models.named("gpt-oss-120b-mxfp4").quantization == "mxfp4"
+    assert models.named("glm-5-nvfp4-fp8kv").kv_cache == "FP8", "the KV field the other way"
+    assert models.named("glm-5-nvfp4").kv_cache is None
+    assert models.named("llama-3.3-70b-nvfp4").kv_cache is None, "null in hf_quant_config.json"
     assert models.named("qwen3-235b-a22b-nvfp4").excluded == ("lm_head", "model.layers.*.mlp.gate")
 
 

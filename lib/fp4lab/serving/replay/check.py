@@ -57,8 +57,8 @@ def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[di
     kernels = [s["name"] for s in replay.get("standins", []) if "kernels" in s]
     unused = sorted(set(kernels) - set(ran))
     setup = sorted({s["name"] for s in replay.get("standins", []) if "kernels" not in s})
-    lines += [f"  kernel {k['kernel']} on SM{sm}: {k['available']} ({k['evidence']})"
-              for k in row["kernels"] or [] if k["library"]]  # fmt: skip
+    lines += dict.fromkeys(f"  kernel {k['kernel']} on SM{sm}: {k['available']} ({k['evidence']})"
+                           for k in row["kernels"] or [] if k["library"])  # fmt: skip
     unread = [k["kernel"] for k in row["kernels"] or [] if not k["library"]]
     lines += [f"  kernels reached with no arch evidence read ({len(unread)}): "
               f"{', '.join(unread) or 'none'}"] if row["kernels"] is not None else [

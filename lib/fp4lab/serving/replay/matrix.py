@@ -32,7 +32,8 @@ def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[di
     """One decision row: ``decide.cell`` with the model, its blockers' frames and graph-break
     codes, the names of what stood in, and when a kept replay was measured (None: by this run)."""
     return {"model": model.name, "architecture": model.architecture,
-            "quantization": model.quantization, **decide.cell(version, sm, replay, calls),
+            "quantization": model.quantization, "kv_cache": model.kv_cache,
+            **decide.cell(version, sm, replay, calls),
             "blocker_frames": decide.blocker_frames(replay),
             "standins": sorted({s["name"] for s in replay.get("standins", [])}),
             "standins_reached": replay.get("standins_reached", []),

@@ -73,6 +73,14 @@ class Model:
     def architecture(self) -> str:
         return self.config["architectures"][0]
 
+    @property
+    def kv_cache(self) -> str | None:
+        """The KV cache quantization the checkpoint declares (``kv_cache_quant_algo``, e.g.
+        ``FP8``), which the release reads from it as its server does; None: the model's dtype."""
+        inline = self.config.get("quantization_config") or {}
+        given = (self.hf_quant_config or {}).get("quantization", {})
+        return given.get("kv_cache_quant_algo") or inline.get("kv_cache_quant_algo")
+
     def tiny(self) -> tuple[dict, dict | None, list[str]]:
         """The tiny config, its quantization file and what the shrink changed beyond widths."""
         return shrink(self.config, self.hf_quant_config, self.method)
@@ -81,7 +89,7 @@ class Model:
         tiny, _, shrunk = self.tiny()
         return {"name": self.name, "architecture": self.architecture,
                 "quantization": self.quantization, "method": self.method,
-                "excluded": list(self.excluded),
+                "kv_cache": self.kv_cache, "excluded": list(self.excluded),
                 "source": self.source, "shrunk": shrunk,
                 "tiny": {k: tiny[k] for k in sorted(tiny) if k in TINY or k == "num_hidden_layers"}}  # fmt: skip
 

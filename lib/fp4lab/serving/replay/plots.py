@@ -68,6 +68,53 @@ def defaults_table(rows: list[dict]) -> object:
     ]))  # fmt: skip
 
 
+def kernels_table(rows: list[dict]) -> object:
+    """Per model (where rows hold several), SM and kernel whose arch evidence was read: runs of
+    consecutive releases with one availability and one choice behind it, with the newest
+    release's evidence; then a row per model and SM naming the reached kernels with none read."""
+    import pandas as pd
+
+    found: list[dict] = []
+    for model in dict.fromkeys(r.get("model") for r in rows):
+        for sm in sorted({r["sm"] for r in rows}, key=float):
+            found += _kernel_runs([r for r in rows if r.get("model") == model and r["sm"] == sm])
+    several = len({f["model"] for f in found}) > 1
+    return page.table(pd.DataFrame([
+        {**({"model": f["model"]} if several else {}), "SM": f["SM"], "kernel": f["kernel"],
+         "releases": versions.span(f["from"], f["to"]) if f["from"] else "",
+         "available": f["said"][0], "chosen by": f["said"][1], "evidence": f["evidence"]}
+        for f in found
+    ]))  # fmt: skip
+
+
+def _kernel_runs(cells: list[dict]) -> list[dict]:
+    """``kernels_table``'s rows for one model and SM (a release without a record ends a run)."""
+    mine = sorted(cells, key=lambda r: versions.order(r["sglang_version"]))
+    found: list[dict] = []
+    for kernel in dict.fromkeys(
+        k["kernel"] for r in mine for k in r.get("kernels") or [] if k["library"]
+    ):
+        last = None  # the run the previous release extends, if any
+        for r in mine:
+            k = next((k for k in r.get("kernels") or [] if k["kernel"] == kernel), None)
+            said = k and (k["available"], k["chosen"].removeprefix("reached as "))
+            if not said:
+                last = None
+            elif last and last["said"] == said:
+                last |= {"to": r["sglang_version"], "evidence": k["evidence"]}
+            else:
+                last = {"model": r.get("model"), "SM": r["sm"], "kernel": kernel,
+                        "from": r["sglang_version"], "to": r["sglang_version"], "said": said,
+                        "evidence": k["evidence"]}  # fmt: skip
+                found.append(last)
+    unread = sorted({k["kernel"] for r in mine for k in r.get("kernels") or [] if not k["library"]})
+    if unread:
+        found.append({"model": mine[0].get("model"), "SM": mine[0]["sm"],
+                      "kernel": f"{len(unread)} more, no arch evidence read", "from": "", "to": "",
+                      "said": ("unknown", "reached"), "evidence": ", ".join(unread)})  # fmt: skip
+    return found
+
+
 def upstream_table(notebook: str) -> object:
     """What upstream saw next to the replay's cells (the latest run), consecutive releases with
     one verdict as one row."""

@@ -116,10 +116,14 @@ def kernels(row: dict | None) -> str:
     found = (row or {}).get("kernels")
     if found is None:
         return said + ("; availability not recorded" if said else "")
-    read = "; ".join(f"{k['kernel']}: {k['available']}" for k in found if k["library"])
+    named = {answer: ", ".join(dict.fromkeys(k["kernel"].removeprefix("FlashInfer ") for k in found
+                                             if k["library"] and k["available"] == answer))
+             for answer in ("no", "yes", "unknown")}  # fmt: skip
     unread = sum(not k["library"] for k in found)
-    return "; ".join(p for p in (said, read, f"{unread} more with no arch evidence read" if unread
-                                 else "") if p)  # fmt: skip
+    parts = (said, named["no"] and f"lacks {named['no']}", named["yes"] and f"has {named['yes']}",
+             named["unknown"] and f"unknown: {named['unknown']}",
+             unread and f"{unread} more with no arch evidence read")  # fmt: skip
+    return "; ".join(p for p in parts if p)
 
 
 def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
