@@ -434,14 +434,16 @@ def test_a_stop_at_tritons_libcuda_probe_is_this_machines_not_a_blocker():
 
 
 def test_the_kernels_table_runs_releases_of_one_availability_and_a_gap_ends_a_run():
-    from fp4lab.serving.replay import plots
+    from fp4lab.serving.replay import tables
 
     unread = {"kernel": "sgl_kernel::rmsnorm", "library": None, "available": "unknown",
               "chosen": "reached as sgl_kernel::rmsnorm", "evidence": "no arch evidence read"}  # fmt: skip
     cells = [("0.5.14", [FMHA_NO, unread]), ("0.5.15", [FMHA_NO]), ("0.5.16", None),
              ("0.5.17", [FMHA_NO])]  # fmt: skip
     rows = [{"model": "glm", "sm": "12.0", "sglang_version": v, "kernels": k} for v, k in cells]
-    table = plots.kernels_table(rows).data
+    table = tables.kernels_table(rows).data
     assert list(table["releases"]) == ["0.5.14–0.5.15", "0.5.17", ""]
     assert list(table["available"]) == ["no", "no", "unknown"]
-    assert "model" not in table and table["evidence"].iloc[-1] == "sgl_kernel::rmsnorm"
+    assert "model" not in table and table["evidence"].iloc[-1] == (
+        "<details><summary>which 1</summary>sgl_kernel::rmsnorm</details>"
+    ), "the kernels with no evidence read are folded, so a long list keeps its row short"

@@ -70,6 +70,14 @@ def in_notebook() -> None:
     display(HTML(f"<style>{css('table.dataframe')}</style>"))
 
 
+def details(summary: str, text: str) -> str:
+    """``text`` folded under ``summary`` (an HTML details element, both escaped), for a table
+    column ``table`` leaves raw: long text a reader opens when wanted."""
+    import html
+
+    return f"<details><summary>{html.escape(summary)}</summary>{html.escape(text)}</details>"
+
+
 def table(frame: object, widths: dict[str, str] | None = None, raw: tuple[str, ...] = ()) -> object:
     """``frame`` (a DataFrame) as a wrapped table without its index, every row shown (a Styler
     truncates none); ``widths`` per column (CSS), columns in ``raw`` hold HTML (links) and are

@@ -19,10 +19,10 @@ def machine_only(step: dict) -> bool:
 KERNEL_BOUNDARIES = ("torch/_ops.py:", "sgl_kernel/")
 """Frames where an eager call meets a compiled kernel."""
 
-MISSING_KERNEL_WORDS = ("has no attribute", "Could not run", "not implemented for")
+MISSING_KERNEL_WORDS = ("'_OpNamespace'", "Could not run", "not implemented for")
 """What torch says where an op has no kernel here (an op namespace without the op, no CPU
-kernel); any other failure at the boundary (an op's schema refusing an argument) is the
-release's own."""
+kernel); any other failure at the boundary (an op's schema refusing an argument, the release's
+own Python body of a custom op failing) is the release's own."""
 
 
 def missing_kernel(eager: dict) -> str | None:
@@ -35,3 +35,15 @@ def missing_kernel(eager: dict) -> str | None:
             or not any(w in said for w in MISSING_KERNEL_WORDS)):  # fmt: skip
         return None
     return f"{stack[-2] if len(stack) > 1 else stack[-1]}: {eager.get('message')}"
+
+
+def releases_own(eager: dict, stop: dict) -> str | None:
+    """Where the release's code failed uncompiled with the message a compiled run stopped with
+    (``stop``): the release's last frame the stop passed (a custom op's body is past torch's
+    dispatcher, which the eager frames end at); None where eager ran, or stopped otherwise, or at
+    this machine's edge. The same failure both ways clears the compiler, not fp4lab's set-up."""
+    if (eager.get("status") != "runtime_error" or machine_only(eager)
+            or eager.get("message") != stop.get("message")):  # fmt: skip
+        return None
+    own = [f for f in stop.get("frames") or [] if f.startswith("sglang/")]
+    return f"{(own or eager.get('frames') or ['?'])[-1]}: {eager['message']}"

@@ -175,11 +175,15 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
         last.get("status") == "runtime_error" or blame.machine_only(last)
     )
     stopped = f"{last.get('blocker_frame')}: {last.get('message')}"
+    eager = replay.get("eager_release") or {}
+    missing = blame.missing_kernel(eager)
     if failed_when_run and not met:  # it traced, then failed when run: no compiler to blame
         said = "this machine has no CUDA driver for Triton" if blame.machine_only(last) else (
             "the traced model failed when run")  # fmt: skip
-        return harness(row, f"{said} at {stopped}", last.get("blocker_frame"))
-    missing = blame.missing_kernel(replay.get("eager_release") or {})
+        own = blame.releases_own(eager, last) if not missing else None
+        also = (f"; uncompiled it fails the same way, at {own}: not the compiler's, and whether "
+                "the release's or this replay's set-up is not decided here" if own else "")  # fmt: skip
+        return harness(row, f"{said} at {stopped}{also}", last.get("blocker_frame"))
     if fixed.get("compiles") is False and not failed_when_run and missing:
         return harness(row, f"the release's code fails eagerly too, at a kernel with no CPU "
                        f"stand-in ({missing}); the trace's stop at {stopped} is not blamed on "
@@ -197,6 +201,9 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
     if not met:
         return {**row, **unblocked(fixed)}
     note = f"blockers: {' -> '.join(met)}"
+    if eager.get("status") == "runtime_error" and not blame.machine_only(eager):
+        note += (f"; the release's own code fails eagerly too, at {(eager.get('frames') or ['?'])[-1]}: "
+                 f"{eager.get('message')}")  # fmt: skip
     if failed_when_run:
         note += (f"; with the patch ({', '.join(fixed['parts'])}) the model traced, then failed "
                  f"when run at {stopped} (not measured)")  # fmt: skip
@@ -241,17 +248,6 @@ def harness(row: dict, error: str, frame: str | None) -> dict:
     where = f" at {frame}" if frame else ""
     return {**row, "outcome": "not measured", "harness_frame": frame,
             "note": f"fp4lab's harness failed{where}: {error}"}  # fmt: skip
-
-
-def sm120_specific(rows: list[dict], version: str) -> bool | None:
-    """Whether, in ``version``, only SM120 met FlashInfer's FP4 quantize JIT (None: unknown)."""
-    mine = {r["sm"]: r for r in rows if r["sglang_version"] == version}
-    measured = {sm: r for sm, r in mine.items() if r["outcome"] in MEASURED}
-    if "12.0" not in measured or len(measured) < 2:
-        return None
-    fp4 = BLOCKERS["fp4_quantize_op"]
-    others = [fp4 in r["blockers"] for sm, r in measured.items() if sm != "12.0"]
-    return fp4 in measured["12.0"]["blockers"] and not any(others)
 
 
 def decision(rows: list[dict]) -> dict:

@@ -1,15 +1,16 @@
-"""Notebook 11's figure and tables: SGLang release down, simulated SM across, each cell what
+"""Notebook 11's figures: SGLang release down, simulated SM across, each cell what
 compiling the release's own GLM-5 through its piecewise runner gave, the blockers met, the patch
 that removes them and the MoE's path; each row labelled with the option a GLM-5 user passes.
-Notebook 14's: one model x release grid per SM (``plot_matrix``), and its table."""
+Notebook 14's: one model x release grid per SM (``plot_matrix``). Their tables: ``tables``."""
 
 from __future__ import annotations
 
 import textwrap
 from pathlib import Path
 
-from fp4lab.core import evidence, figures, glm5, page, records
-from fp4lab.serving.replay import decide, timeline, upstream, versions
+from fp4lab.core import evidence, figures, glm5, records
+from fp4lab.serving.replay import decide, timeline, versions
+from fp4lab.serving.replay.tables import patch_text
 
 COLOURS = dict(
     zip(
@@ -19,136 +20,6 @@ COLOURS = dict(
     )
 )
 """blocked, compiles, wrong output, kernel unavailable, not applicable, not measured."""
-PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer split",
-              "dsa_attention_split_op": "DSA attn split", "musa_probe_constant": "musa const"}  # fmt: skip
-
-
-def patch_text(row: dict) -> str:
-    """What fp4lab's patch gave a blocked cell, in a few words ('' where none was tried)."""
-    if not row["patch"]:
-        return ""
-    done = "compiles" if row["compiles_with_patch"] else "still blocked"
-    done += ", = eager" if row["compiles_with_patch"] and row["equals_eager"] else ""
-    return f"{' + '.join(PART_SHORT.get(p, p) for p in row['patch'])}: {done}"
-
-
-def table(rows: list[dict]) -> object:
-    """The decision per release and SM, eight short columns, every row, no index: what the
-    release gives with no flag, the flag that reaches tc_piecewise, the outcome, its first
-    blocker, what the patch gave, and why in a few words."""
-    import pandas as pd
-
-    return page.table(pd.DataFrame([
-        {"release": r["sglang_version"], "SM": r["sm"], "with no flag": r.get("default_prefill") or "",
-         "flag for tc_piecewise": r["flag"], "outcome": r["outcome"],
-         "first blocker": timeline.state(r).removeprefix("blocked at ") if r["outcome"] == "blocked" else "",
-         "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
-        for r in rows
-    ]))  # fmt: skip
-
-
-def timeline_table(rows: list[dict]) -> object:
-    """The timeline per SM: each run of consecutive releases with one outcome."""
-    import pandas as pd
-
-    return page.table(pd.DataFrame([
-        {"SM": g["sm"], "releases": versions.span(g["from"], g["to"]), "outcome": g["state"]}
-        for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.runs(rows, sm)
-    ]))  # fmt: skip
-
-
-def defaults_table(rows: list[dict]) -> object:
-    """Per SM, runs of releases with one default prefill graph and the rule that decided it."""
-    import pandas as pd
-
-    return page.table(pd.DataFrame([
-        {"SM": g["sm"], "releases": versions.span(g["from"], g["to"]),
-         "prefill graph with no flag": g["default_prefill"] or "", "decided at": g["rule"] or ""}
-        for sm in dict.fromkeys(r["sm"] for r in rows) for g in timeline.defaults(rows, sm)
-    ]))  # fmt: skip
-
-
-def kernels_table(rows: list[dict]) -> object:
-    """Per model (where rows hold several), SM and kernel whose arch evidence was read: runs of
-    consecutive releases with one availability and one choice behind it, with the newest
-    release's evidence; then a row per model and SM naming the reached kernels with none read."""
-    import pandas as pd
-
-    found: list[dict] = []
-    for model in dict.fromkeys(r.get("model") for r in rows):
-        for sm in sorted({r["sm"] for r in rows}, key=float):
-            found += _kernel_runs([r for r in rows if r.get("model") == model and r["sm"] == sm])
-    several = len({f["model"] for f in found}) > 1
-    return page.table(pd.DataFrame([
-        {**({"model": f["model"]} if several else {}), "SM": f["SM"], "kernel": f["kernel"],
-         "releases": versions.span(f["from"], f["to"]) if f["from"] else "",
-         "available": f["said"][0], "chosen by": f["said"][1], "evidence": f["evidence"]}
-        for f in found
-    ]))  # fmt: skip
-
-
-def _kernel_runs(cells: list[dict]) -> list[dict]:
-    """``kernels_table``'s rows for one model and SM (a release without a record ends a run)."""
-    mine = sorted(cells, key=lambda r: versions.order(r["sglang_version"]))
-    found: list[dict] = []
-    for kernel in dict.fromkeys(
-        k["kernel"] for r in mine for k in r.get("kernels") or [] if k["library"]
-    ):
-        last = None  # the run the previous release extends, if any
-        for r in mine:
-            k = next((k for k in r.get("kernels") or [] if k["kernel"] == kernel), None)
-            said = k and (k["available"], k["chosen"].removeprefix("reached as "))
-            if not said:
-                last = None
-            elif last and last["said"] == said:
-                last |= {"to": r["sglang_version"], "evidence": k["evidence"]}
-            else:
-                last = {"model": r.get("model"), "SM": r["sm"], "kernel": kernel,
-                        "from": r["sglang_version"], "to": r["sglang_version"], "said": said,
-                        "evidence": k["evidence"]}  # fmt: skip
-                found.append(last)
-    unread = sorted({k["kernel"] for r in mine for k in r.get("kernels") or [] if not k["library"]})
-    if unread:
-        found.append({"model": mine[0].get("model"), "SM": mine[0]["sm"],
-                      "kernel": f"{len(unread)} more, no arch evidence read", "from": "", "to": "",
-                      "said": ("unknown", "reached"), "evidence": ", ".join(unread)})  # fmt: skip
-    return found
-
-
-def upstream_table(notebook: str) -> object:
-    """What upstream saw next to the replay's cells (the latest run), consecutive releases with
-    one verdict as one row."""
-    import pandas as pd
-
-    found = [r["values"] for r in records.latest(notebook) if r["kind"] == "upstream"]
-    keep = ("source", "release", "SM", "replay", "verdict", "why")
-    return page.table(pd.DataFrame([{k: r[k] for k in keep} for r in upstream.grouped(found)]))
-
-
-def standins_table(notebook: str) -> object:
-    """Every stand-in the latest run's replays list: what stood in, at which boundary, why."""
-    import pandas as pd
-
-    found = [r["values"] for r in records.latest(notebook) if r["kind"] == "replay"]
-    seen = {(s["name"], s.get("boundary", s.get("module", ""))): s for f in found
-            for s in f.get("standins", [])}  # fmt: skip
-    return page.table(pd.DataFrame([
-        {"name": s["name"], "boundary": s.get("boundary", s.get("module", "")), "why": s["why"]}
-        for s in seen.values()
-    ]))  # fmt: skip
-
-
-def calls_table(notebook: str) -> object:
-    """Every FlashInfer FP4 call of each version's source (latest run), file:line, direct or wrapped."""
-    import pandas as pd
-
-    found = [r["values"] for r in records.latest(notebook) if r["kind"] == "flashinfer_fp4_calls"]
-    return page.table(pd.DataFrame([
-        {"sglang_version": f["sglang_version"], "where": f"{c['file']}:{c['line']}",
-         "call": c["call"], "entry_point": c["entry_point"], "function": c["function"],
-         "wrapped": c["wrapped"], "also_bound_from": ", ".join(c["also_bound_from"])}
-        for f in found for c in f["calls"]
-    ]))  # fmt: skip
 
 
 def cell_text(row: dict) -> str:
@@ -259,20 +130,6 @@ def save_grid_figure(rows: list[dict], notebook: str) -> Path:
     return figures.save_figure(plot_grid(rows), GRID, records.latest(notebook)[-1]["provenance"],
                                source=f"data/{notebook}.jsonl run {records.RUN_ID}",
                                evidence=evidence.of_values(rows))  # fmt: skip
-
-
-def matrix_table(rows: list[dict]) -> object:
-    """Notebook 14's cells, every row, no index: model, release, SM, the flag for tc_piecewise,
-    outcome, the blockers with dynamo's graph-break codes, what the patch gave, why."""
-    import pandas as pd
-
-    return page.table(pd.DataFrame([
-        {"model": r["model"], "release": r["sglang_version"], "SM": r["sm"],
-         "flag for tc_piecewise": r["flag"], "outcome": r["outcome"],
-         "blockers": "; ".join(map(decide.blocker_text, r["blocker_frames"])),
-         "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
-        for r in rows
-    ]))  # fmt: skip
 
 
 def plot_matrix(rows: list[dict]) -> object:

@@ -29,6 +29,17 @@ from fp4lab.serving.replay import (
 from fp4lab.serving.replay.pool import CUDA_HOME_CASES, GLM5, VersionRun
 
 
+def sm120_specific(rows: list[dict], version: str) -> bool | None:
+    """Whether, in ``version``, only SM120 met FlashInfer's FP4 quantize JIT (None: unknown)."""
+    mine = {r["sm"]: r for r in rows if r["sglang_version"] == version}
+    measured = {sm: r for sm, r in mine.items() if r["outcome"] in decide.MEASURED}
+    if "12.0" not in measured or len(measured) < 2:
+        return None
+    fp4 = decide.BLOCKERS["fp4_quantize_op"]
+    others = [fp4 in r["blockers"] for sm, r in measured.items() if sm != "12.0"]
+    return fp4 in measured["12.0"]["blockers"] and not any(others)
+
+
 def check_cuda_home(cuda_home: list[str] | tuple[str, ...] | str) -> list[str]:
     """CUDA_HOME values as given: ``unset`` or an absolute path, each once."""
     values = params.items("cuda_home", cuda_home, "unset, /usr/local/cuda")
@@ -109,7 +120,7 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
         "versions_measured": [r.version for r in runs if r.environment.ok],
         "versions_failed": {r.version: r.environment.error for r in runs if not r.environment.ok},
         "story_blockers_0_5_9": decide.blockers(chain) if chain else None,
-        "sm120_specific_0_5_9": decide.sm120_specific(rows, versions.STORY_VERSION),
+        "sm120_specific_0_5_9": sm120_specific(rows, versions.STORY_VERSION),
         "by_version": timeline.compact(rows),
         "timeline": timeline.timeline(rows),
         "not_measured_harness": {f"{r['sglang_version']} SM{r['sm']}": r["note"]
@@ -127,7 +138,7 @@ def verdict(rows: list[dict]) -> str:
     lines = [f"SGLang {r['sglang_version']} SM{r['sm']}: {timeline.what(r)}; MoE: {r['moe']}; "
              f"GLM-5 flag: {r['flag']}" for r in rows]  # fmt: skip
     lines += [timeline.sentence(rows, sm) for sm in dict.fromkeys(r["sm"] for r in rows)]
-    specific = decide.sm120_specific(rows, versions.STORY_VERSION)
+    specific = sm120_specific(rows, versions.STORY_VERSION)
     if specific is not None:
         lines.append(f"FlashInfer's FP4 quantize JIT blocked only SM120 in SGLang "
                      f"{versions.STORY_VERSION}: {'yes' if specific else 'no'}")  # fmt: skip
