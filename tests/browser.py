@@ -189,13 +189,13 @@ def clean(page_path: Path) -> str:
     return text
 
 
-def exported(executed: Path, answer_first: bool = False) -> str:
+def exported(executed: Path) -> str:
     """``executed`` exported as the runner exports it (to html/ beside its folder); the text of
-    its page, once it is free of NOISE (``clean``) and fits WIDTH in Chromium, readable
-    (``rendered``, the screenshot in build/test/)."""
+    its page, once it is free of NOISE (``clean``) and fits WIDTH in Chromium, readable with its
+    answer on the first screen (``rendered``, the screenshot in build/test/)."""
     page = runner.export_html(executed, executed.parent.parent / "html")
     text = clean(page)
-    rendered(page, paths.build_dir() / "test" / f"{executed.stem}.png", answer_first)
+    rendered(page, paths.build_dir() / "test" / f"{executed.stem}.png", answer_first=True)
     return text
 
 

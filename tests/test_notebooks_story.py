@@ -10,7 +10,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from browser import clean, rendered
+from browser import FIRST_SCREEN, clean, rendered
 from fp4lab.compile import fix, fix_checks, piecewise, segment, tradeoff
 from fp4lab.core import catalog, paths, records, runner
 from fp4lab.report import decision, index
@@ -346,6 +346,20 @@ def test_10_report_decides_from_the_records(story):
     assert tradeoff["number"] in html, "the report quotes this run's records"
     for notebook in ("01_nvcc_subprocess_crash", "05_custom_op_fix", "13_sglang_cpu_server"):
         assert f'<a href="{notebook}.html">' in html
+
+
+@pytest.mark.browser
+@pytest.mark.parametrize("name", [n for n in RUNS if n != "10_decision_report"])
+def test_each_story_page_opens_with_its_answer(story, name):
+    """Each page's verdict, in bold, and a table on its first screen (the cells the notebook
+    tags ``answer`` shown first); 00 records no verdict (an inventory of the machine): its first
+    table is its answer."""
+    page = story / "html" / f"{name}.html"
+    seen = rendered(page, paths.build_dir() / "test" / f"{name}.png", name != "00_environment")
+    assert seen["layout"]["shown_top"] < FIRST_SCREEN
+    if name != "00_environment":
+        [said] = _values(name, "summary")
+        assert f"{said['verdict']}: {said['number']}." in seen["first_screen"]
 
 
 @pytest.mark.browser

@@ -11,7 +11,7 @@ import time
 import nbformat
 import pytest
 
-from fp4lab.core import paths, process, records, runner
+from fp4lab.core import page, paths, process, records, runner
 
 
 def _notebook(folder, name: str, source: str, **meta) -> None:
@@ -128,3 +128,18 @@ def test_the_injected_cell_is_read_against_the_parameters_cell_before_it():
         ["sms", "tokens"],
     )
     assert injected.undeclared(history[:2]) == ([], []), "no papermill: nothing to check"
+
+
+def test_the_page_opens_with_the_cells_tagged_answer_and_the_notebook_keeps_its_order():
+    cells = [nbformat.v4.new_markdown_cell("# title"), nbformat.v4.new_code_cell("measure()"),
+             nbformat.v4.new_markdown_cell("## Verdict"), nbformat.v4.new_code_cell("verdict()"),
+             nbformat.v4.new_code_cell("figure()")]  # fmt: skip
+    for cell in cells[2:4]:
+        cell.metadata["tags"] = [page.ANSWER]
+    notebook = nbformat.v4.new_notebook(cells=cells)
+    shown = runner.answer_first(nbformat.from_dict(notebook))
+    assert [c.source for c in shown.cells] == ["# title", "## Verdict", "verdict()", "measure()",
+                                               "figure()"]  # fmt: skip
+    untagged = nbformat.v4.new_notebook(cells=[nbformat.v4.new_markdown_cell("# t"),
+                                               nbformat.v4.new_code_cell("x")])  # fmt: skip
+    assert [c.source for c in runner.answer_first(untagged).cells] == ["# t", "x"]

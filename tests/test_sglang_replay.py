@@ -450,7 +450,7 @@ def test_the_exported_page_says_the_environment_in_one_line_and_fits(notebook_re
     is one line on the exported page, uv's install lines are not there (``browser.NOISE``), and
     the page fits the window."""
     [executed] = _of(notebook_records, "executed")
-    page = exported(executed["path"], answer_first=True)
+    page = exported(executed["path"])
     said = environment_lines(page, f"build/sglang-compile/{versions.STORY_VERSION}/venv")
     [environment] = _of(notebook_records, "environment")
     assert said == [environment["status"]], "one line for the release's environment"

@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 
 import fp4lab
-from fp4lab.core import paths, process, progress, records
+from fp4lab.core import page, paths, process, progress, records
 from fp4lab.core.catalog import (
     KERNEL,
     Notebook,
@@ -110,14 +110,25 @@ def _last_line(exc: BaseException) -> str:
     return text.splitlines()[-1] if text else ""
 
 
+def answer_first(notebook: nbformat.NotebookNode) -> nbformat.NotebookNode:
+    """``notebook`` with its cells tagged ``page.ANSWER`` (in their order) right after its title
+    cell: the page opens with the answer, the narrative follows as run."""
+    cells = notebook.cells
+    tagged = [c for c in cells if page.ANSWER in c.get("metadata", {}).get("tags", [])]
+    rest = [c for c in cells[1:] if not any(c is t for t in tagged)]
+    notebook.cells = [*cells[:1], *tagged, *rest]
+    return notebook
+
+
 def export_html(executed: Path, out_dir: Path) -> Path:
-    """The executed notebook as HTML with code cells hidden: a report, not a program."""
+    """The executed notebook as HTML with code cells hidden, opening with its answer
+    (``answer_first``): a report, not a program."""
     from nbconvert import HTMLExporter
 
     exporter = HTMLExporter(
         exclude_input=True, exclude_input_prompt=True, exclude_output_prompt=True
     )
-    body, _ = exporter.from_notebook_node(nbformat.read(executed, as_version=4))
+    body, _ = exporter.from_notebook_node(answer_first(nbformat.read(executed, as_version=4)))
     out_dir.mkdir(parents=True, exist_ok=True)
     html = out_dir / executed.with_suffix(".html").name
     partial = out_dir / f".{html.stem}.{os.getpid()}.partial.html"

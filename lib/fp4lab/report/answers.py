@@ -56,20 +56,32 @@ def verdict(notebook: str) -> str:
 
 
 def per_sm() -> str:
-    """GLM-5 per SM as a Markdown table ('' before a run of notebook 11 that recorded one)."""
-    summary = _timeline(SGLANG)
-    timeline = (summary or {}).get("timeline")
+    """GLM-5 per SM as a Markdown table: where tc_piecewise compiles, is blocked, reaches a kernel
+    the SM lacks, and what to run ('' before a run of notebook 11 that recorded one)."""
+    timeline = (_timeline(SGLANG) or {}).get("timeline")
     if not timeline:
         return ""
     lines = ["| SM | tc_piecewise compiles in | blocked in | a kernel the SM lacks in | "
-             "with no flag the release gives | what to run | its kernels: backends, availability |",
-             "|---|---|---|---|---|---|---|"]  # fmt: skip
+             "what to run |", "|---|---|---|---|---|"]  # fmt: skip
     for sm in sorted(timeline, key=float):
         line = timeline[sm]
         cells = [f"SM{sm}", _where(line["runs"], "compiles") or "none",
                  _where(line["runs"], "blocked") or "none",
-                 _where(line["runs"], "kernel unavailable") or "none", _defaults(line),
-                 line["recommendation"], line.get("kernels") or ""]  # fmt: skip
+                 _where(line["runs"], "kernel unavailable") or "none", line["recommendation"]]  # fmt: skip
+        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def per_sm_given() -> str:
+    """GLM-5 per SM, keyed as ``per_sm``: the prefill graph each release gives with no flag, and
+    the kernels the newest measured release resolves with their availability ('' before a run)."""
+    timeline = (_timeline(SGLANG) or {}).get("timeline")
+    if not timeline:
+        return ""
+    lines = ["| SM | with no flag the release gives | its kernels: backends, availability |",
+             "|---|---|---|"]  # fmt: skip
+    for sm in sorted(timeline, key=float):
+        cells = [f"SM{sm}", _defaults(timeline[sm]), timeline[sm].get("kernels") or ""]
         lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

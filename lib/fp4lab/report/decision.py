@@ -162,7 +162,7 @@ def sglang_per_sm() -> str:
         return ""
     return (f"**GLM-5 through SGLang's releases, per SM** (trace on a simulated target; "
             f"tc_piecewise is the story's path, not what every release gives with no flag):\n\n"
-            f"{answers.grid_html()}\n\n{table}\n")  # fmt: skip
+            f"{answers.grid_html()}\n\n{table}\n{answers.per_sm_given()}\n")  # fmt: skip
 
 
 def provenance_table() -> pd.DataFrame:

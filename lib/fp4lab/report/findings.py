@@ -103,7 +103,10 @@ def _tables() -> str:
         figure = (
             f"\n![GLM-5 per release and SM]({grid})\n" if (paths.REPO_ROOT / grid).exists() else ""
         )
-        parts.append(f"#### GLM-5 per SM (notebook 11)\n\n{answers.per_sm()}{figure}")
+        parts.append(
+            f"#### GLM-5 per SM (notebook 11)\n\n{answers.per_sm()}\n"
+            f"{answers.per_sm_given()}{figure}"
+        )
     if answers.per_model():
         parts.append(f"#### Each built-in model per SM (notebook 14)\n\n{answers.per_model()}")
     return "\n".join(parts)
