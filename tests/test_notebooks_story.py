@@ -359,7 +359,8 @@ def test_each_story_page_opens_with_its_answer(story, name):
     assert seen["layout"]["shown_top"] < FIRST_SCREEN
     if name != "00_environment":
         [said] = _values(name, "summary")
-        assert f"{said['verdict']}: {said['number']}." in seen["first_screen"]
+        assert f"{said['verdict']}: {said['number']}." in seen["text"], "its run's verdict, shown "
+        "in bold on the first screen (``rendered``'s answer-first check)"
 
 
 @pytest.mark.browser

@@ -3,15 +3,15 @@ runs past its window (long paths and frames included).
 
 ``WRAPPED`` is the rule set (the report's tables apply it to their ``Styler``); ``in_notebook``
 shows it once as a style element in a notebook's output, so every DataFrame the notebook shows
-follows it in the exported page too. ``answer`` is a notebook's answer as its page opens with it
-(``runner.export_html`` shows the cells tagged ``ANSWER`` first).
+follows it in the exported page too. A notebook's page opens with its cells tagged ``ANSWER``
+(``runner.export_html``).
 """
 
 from __future__ import annotations
 
 import logging
 
-from fp4lab.core import progress, records
+from fp4lab.core import progress
 
 WRAPPED = [
     {"selector": "", "props": "width: 100%; table-layout: fixed; border-collapse: collapse;"},
@@ -102,24 +102,3 @@ def table(frame: object, widths: dict[str, str] | None = None, raw: tuple[str, .
 
 ANSWER = "answer"
 """The tag of the cells a notebook's page opens with: its verdict cell and its deciding figure."""
-
-
-def answer(notebook: str) -> object:
-    """The newest summary of ``notebook`` as a page opens with it: the verdict in bold with its
-    deciding number, the one-sentence why, and how it was obtained (evidence, machine, target)."""
-    import html
-
-    import pandas as pd
-    from IPython.display import HTML, display
-
-    found = [r for r in records.latest(notebook) if r["kind"] == "summary"]
-    if not found:
-        return HTML("<p>No summary was recorded: this run decided nothing.</p>")
-    said, prov = found[-1]["values"], found[-1]["provenance"]
-    sm = prov.get("target_sm")
-    target = f"SM{sm} ({'simulated' if prov.get('simulated') else 'real'})" if sm else "none"
-    display(HTML(f"<p><strong>{html.escape(said['verdict'])}</strong>: "
-                 f"{html.escape(said['number'])}. {html.escape(said['why'])}.</p>"))  # fmt: skip
-    return table(pd.DataFrame([{"evidence": ", ".join(said.get("evidence") or []),
-                                "machine": prov.get("device"), "target": target,
-                                "measured": prov.get("time_utc")}]))  # fmt: skip

@@ -1,13 +1,14 @@
-"""The SGLang replay's answers as small tables a lead can scan, from the timelines notebooks 11
-and 14 record in their summaries: per SM (GLM-5) and per model, the release ranges where
-tc_piecewise prefill graphs compile or are blocked, what the releases give with no flag, and
-what to run. Records only; the deciding figure is notebook 11's grid (``GRID``)."""
+"""Answers a lead can scan, from records only. Each notebook's verdict as its page opens with it
+(``answer``). The SGLang replay's, from the timelines notebooks 11 and 14 record in their
+summaries: per SM (GLM-5) and per model, the release ranges where tc_piecewise prefill graphs
+compile or are blocked, what the releases give with no flag, and what to run; the deciding
+figure is notebook 11's grid (``GRID``)."""
 
 from __future__ import annotations
 
 import base64
 
-from fp4lab.core import paths, records
+from fp4lab.core import page, paths, records
 
 SGLANG, MODELS = "11_sglang_piecewise_replay", "14_fp4_model_matrix"
 GRID = "11_sglang_grid"
@@ -114,3 +115,25 @@ def grid_html(width: str = "100%") -> str:
     return (f'<img alt="GLM-5 per release and SM: the tc_piecewise outcome, the blocker, the '
             f'prefill graph with no flag" style="max-width:{width}" '
             f'src="data:image/png;base64,{data}">')  # fmt: skip
+
+
+def answer(notebook: str) -> object:
+    """The newest summary of ``notebook`` as its page opens with it (its verdict cell, tagged
+    ``page.ANSWER``): the verdict in bold with its deciding number, the one-sentence why, and
+    how it was obtained (evidence, machine, target)."""
+    import html
+
+    import pandas as pd
+    from IPython.display import HTML, display
+
+    found = [r for r in records.latest(notebook) if r["kind"] == "summary"]
+    if not found:
+        return HTML("<p>No summary was recorded: this run decided nothing.</p>")
+    said, prov = found[-1]["values"], found[-1]["provenance"]
+    sm = prov.get("target_sm")
+    target = f"SM{sm} ({'simulated' if prov.get('simulated') else 'real'})" if sm else "none"
+    display(HTML(f"<p><strong>{html.escape(said['verdict'])}</strong>: "
+                 f"{html.escape(said['number'])}. {html.escape(said['why'])}.</p>"))  # fmt: skip
+    return page.table(pd.DataFrame([{"evidence": ", ".join(said.get("evidence") or []),
+                                     "machine": prov.get("device"), "target": target,
+                                     "measured": prov.get("time_utc")}]))  # fmt: skip
