@@ -126,8 +126,8 @@ def test_children_run_side_by_side_where_there_are_cores(fake_python, tmp_path):
 @pytest.mark.parametrize("notebook", [False, True])
 def test_uvs_output_stays_out_of_a_notebook_which_gets_one_line(tmp_path, capsys, monkeypatch,
                                                                   notebook):  # fmt: skip
-    """In a notebook (a Jupyter kernel) uv's lines go to the build log only, so exported reports
-    hold no package lists; elsewhere they stream to stderr too. One line says what came of it."""
+    """uv's lines go to the build log only, so no terminal or exported report holds a package
+    list; outside a notebook one stderr line names each step. One line says what came of it."""
     monkeypatch.setattr(venvs.progress, "in_kernel", lambda: notebook)
     built = venvs.ensure(tmp_path / "env", [["list"]])
     said = capsys.readouterr()
@@ -135,7 +135,8 @@ def test_uvs_output_stays_out_of_a_notebook_which_gets_one_line(tmp_path, capsys
         f"[env] {tmp_path / 'env'}: built in {built.seconds:.0f} s, "
         f"{built.own_bytes / 2**20:.0f} MiB of its own (log: {tmp_path / 'env.build.log'})\n"
     )
-    assert ("[env]   " in said.err) is not notebook, "uv's own lines: on stderr outside notebooks"
+    steps = [] if notebook else ["[env] uv venv", "[env] uv pip list"]
+    assert said.err.splitlines() == steps, "one line per step outside notebooks, no uv lines"
     assert "$ " in (tmp_path / "env.build.log").read_text(), "and in the log either way"
     venvs.ensure(tmp_path / "env", [["list"]])
     assert capsys.readouterr().out.startswith(f"[env] {tmp_path / 'env'}: reused in 0 s, ")

@@ -163,11 +163,10 @@ def _failure(label: str, output: str) -> str:
 
 
 def _run(label: str, command: list[str], log: Path) -> str:
-    """Run one uv command, its output kept in ``log`` and shown on stderr as it comes, except in
-    a notebook (an exported report would carry every installed package); '' when it succeeded,
-    else why it failed."""
-    stream = not progress.in_kernel()
-    if stream:
+    """Run one uv command, its output kept in ``log`` only; one line on stderr names the step,
+    except in a notebook (its page shows the environment's one line, ``_said``); '' when it
+    succeeded, else why it failed."""
+    if not progress.in_kernel():
         print(f"[env] {label}", file=sys.stderr, flush=True)
     with log.open("a") as out:
         out.write(f"$ {' '.join(command)}\n")
@@ -182,8 +181,6 @@ def _run(label: str, command: list[str], log: Path) -> str:
         for line in child.stdout:
             out.write(line)
             lines.append(line)
-            if stream:
-                print(f"[env]   {line.rstrip()}", file=sys.stderr, flush=True)
         child.wait()
     return _failure(label, "".join(lines[-20:])) if child.returncode else ""
 

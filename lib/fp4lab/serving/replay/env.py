@@ -28,11 +28,12 @@ IMPORT_PACKAGES = (
     "pydantic", "pyzmq", "uvicorn", "uvloop", "setproctitle", "xxhash", "partial_json_parser",
     "interegular", "python-multipart", "prometheus-client", "IPython", "aiohttp", "dill",
     "sentencepiece", "requests", "tqdm", "einops", "packaging", "regex", "triton", "scipy",
-    "openai", "torchvision", "compressed-tensors", "gguf", "xgrammar",
+    "openai", "torchvision", "compressed-tensors", "gguf", "xgrammar", "accelerate",
 )  # fmt: skip
 """What importing SGLang's compilation package, ``modelopt_quant`` and its model registry needs
-(read from its imports: from 0.5.16 every model module imports ``xgrammar``); its server, model
-loaders and CUDA kernels stay out."""
+(read from its imports: from 0.5.16 every model module imports ``xgrammar``; 0.5.4's ModelOpt
+config refuses to load without ``accelerate``, which that release lists only for its tests); its
+server, model loaders and CUDA kernels stay out."""
 
 FLASHINFER_WHEEL_FOR = {"0.4.0": "0.5.0", "0.4.1": "0.5.0"}
 """FlashInfer releases before 0.5.0 ship no wheel (a source archive whose build needs CUDA):
