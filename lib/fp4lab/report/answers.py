@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import base64
 
-from fp4lab.core import page, paths, records
+from fp4lab.core import figures, page, paths, records
 
 SGLANG, MODELS = "11_sglang_piecewise_replay", "14_fp4_model_matrix"
 GRID = "11_sglang_grid"
@@ -56,35 +56,35 @@ def verdict(notebook: str) -> str:
     return f"**{summary['verdict']}**: {summary['number']}.\n\n"
 
 
-def per_sm() -> str:
-    """GLM-5 per SM as a Markdown table: where tc_piecewise compiles, is blocked, reaches a kernel
-    the SM lacks, and what to run ('' before a run of notebook 11 that recorded one)."""
+def _per_sm(header: list[str], cells: object) -> str:
+    """A Markdown table of GLM-5's timeline, a row per SM: ``cells(timeline of the SM)`` after
+    the SM ('' before a run of notebook 11 that recorded one)."""
     timeline = (_timeline(SGLANG) or {}).get("timeline")
     if not timeline:
         return ""
-    lines = ["| SM | tc_piecewise compiles in | blocked in | a kernel the SM lacks in | "
-             "what to run |", "|---|---|---|---|---|"]  # fmt: skip
+    lines = ["| SM | " + " | ".join(header) + " |", "|---" * (len(header) + 1) + "|"]
     for sm in sorted(timeline, key=float):
-        line = timeline[sm]
-        cells = [f"SM{sm}", _where(line["runs"], "compiles") or "none",
-                 _where(line["runs"], "blocked") or "none",
-                 _where(line["runs"], "kernel unavailable") or "none", line["recommendation"]]  # fmt: skip
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
+        row = [f"SM{sm}", *cells(timeline[sm])]
+        lines.append("| " + " | ".join(_cell(c) for c in row) + " |")
     return "\n".join(lines) + "\n"
+
+
+def per_sm() -> str:
+    """GLM-5 per SM: where tc_piecewise compiles, is blocked, reaches a kernel the SM lacks, and
+    what to run."""
+    return _per_sm(
+        ["tc_piecewise compiles in", "blocked in", "a kernel the SM lacks in", "what to run"],
+        lambda line: [_where(line["runs"], o) or "none"
+                      for o in ("compiles", "blocked", "kernel unavailable")]
+        + [line["recommendation"]],
+    )  # fmt: skip
 
 
 def per_sm_given() -> str:
     """GLM-5 per SM, keyed as ``per_sm``: the prefill graph each release gives with no flag, and
-    the kernels the newest measured release resolves with their availability ('' before a run)."""
-    timeline = (_timeline(SGLANG) or {}).get("timeline")
-    if not timeline:
-        return ""
-    lines = ["| SM | with no flag the release gives | its kernels: backends, availability |",
-             "|---|---|---|"]  # fmt: skip
-    for sm in sorted(timeline, key=float):
-        cells = [f"SM{sm}", _defaults(timeline[sm]), timeline[sm].get("kernels") or ""]
-        lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
-    return "\n".join(lines) + "\n"
+    the kernels the newest measured release resolves with their availability."""
+    return _per_sm(["with no flag the release gives", "its kernels: backends, availability"],
+                   lambda line: [_defaults(line), line.get("kernels") or ""])  # fmt: skip
 
 
 def per_model() -> str:
@@ -120,7 +120,7 @@ def grid_html(width: str = "100%") -> str:
 def answer(notebook: str) -> object:
     """The newest summary of ``notebook`` as its page opens with it (its verdict cell, tagged
     ``page.ANSWER``): the verdict in bold with its deciding number, the one-sentence why, and
-    how it was obtained (evidence, machine, target)."""
+    how it was obtained (evidence; versions, machine, target, time)."""
     import html
 
     import pandas as pd
@@ -130,10 +130,7 @@ def answer(notebook: str) -> object:
     if not found:
         return HTML("<p>No summary was recorded: this run decided nothing.</p>")
     said, prov = found[-1]["values"], found[-1]["provenance"]
-    sm = prov.get("target_sm")
-    target = f"SM{sm} ({'simulated' if prov.get('simulated') else 'real'})" if sm else "none"
     display(HTML(f"<p><strong>{html.escape(said['verdict'])}</strong>: "
                  f"{html.escape(said['number'])}. {html.escape(said['why'])}.</p>"))  # fmt: skip
     return page.table(pd.DataFrame([{"evidence": ", ".join(said.get("evidence") or []),
-                                     "machine": prov.get("device"), "target": target,
-                                     "measured": prov.get("time_utc")}]))  # fmt: skip
+                                     "provenance": figures.provenance_line(prov)}]))  # fmt: skip
