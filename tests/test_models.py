@@ -252,3 +252,26 @@ def test_published_formats_and_architectures_get_an_answer_from_a_real_release(t
     assert row["outcome"] == "not measured", "a failure both ways may be this replay's set-up"
     assert ("uncompiled it fails the same way, at sglang/srt/layers/moe/fused_moe_triton/layer.py:"
             in row["note"] and "not the compiler's" in row["note"]), row["note"]  # fmt: skip
+
+
+@pytest.mark.environments
+def test_0_5_4_builds_a_prequantized_modelopt_checkpoint_with_its_own_dummy_loader():
+    """SGLang 0.5.4 sends ModelOpt checkpoints to its ModelOptModelLoader ahead of the dummy load
+    format. Llama-3.3-70B (with ``hf_quant_config.json``, which 0.5.4 counts as quantized
+    already) is built by the release's own DummyModelLoader, listed, and gets a verdict: blocked
+    at FlashInfer's quantize JIT, as on 0.5.3 and 0.5.5. GLM-5 (its quantization inline only)
+    is what 0.5.4 would quantize from real weights: it stays "not measured", said why, with no
+    machine path in the note."""
+    llama, glm5 = models.named("llama-3.3-70b-nvfp4"), models.named("glm-5-nvfp4")
+    [run] = matrix.measure([llama, glm5], ["0.5.4"], ["10.0"], fresh=True)
+    replay = run.by_model[llama.name]["10.0"]
+    row = matrix.row(llama, run.version, "10.0", replay, run.calls)
+    assert "dummy_loader_for_prequantized" in {s["name"] for s in replay["standins"]}
+    assert row["outcome"] == "blocked", row["note"]
+    assert row["note"].startswith("blockers: FlashInfer's FP4 quantize JIT")
+    other = matrix.row(glm5, run.version, "10.0", run.by_model[glm5.name]["10.0"], run.calls)
+    assert other["outcome"] == "not measured"
+    assert "counts this checkpoint as unquantized" in other["note"], other["note"]
+    assert (
+        "build/sglang-compile/logs/" in other["note"] and str(paths.REPO_ROOT) not in other["note"]
+    )

@@ -42,6 +42,14 @@ def shown(path: Path) -> str:
     return str(path)
 
 
+def unrooted(text: str) -> str:
+    """``text`` (an exception's message) with this machine's build folder and repository written
+    as ``build`` and ``.``, as ``shown`` writes a path."""
+    for root, said in ((build_dir(), "build"), (REPO_ROOT, ".")):
+        text = text.replace(str(root), said)
+    return text
+
+
 def data_dir() -> Path:
     """Where result records (JSON lines) are written: build/data unless FP4LAB_DATA_DIR says.
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import traceback
 
 from fp4lab.compile import frames
+from fp4lab.core import paths
 from fp4lab.serving.replay import facts, model, quantize
 
 REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/")
@@ -18,19 +19,24 @@ HARNESS_CHOICES = {
     "the class its own model files define (one of its model modules failed to import here)",
     "_prepare_weights": "the release's loader for this quantization takes no dummy weights, "
     "which fp4lab's harness builds with",
+    "_load_modelopt_base_model": "the release counts this checkpoint as unquantized (it has no "
+    "hf_quant_config.json) and loads its weights for ModelOpt's quantize workflow; fp4lab's "
+    "harness has dummy weights only",
 }
 """Functions of the release's loader whose refusal is of what fp4lab's harness chose or set up,
 not of the model on the SM: the model class is only asked for when the release's source defines
 it (``model._architecture``), and a user loads real weights."""
 
 
-def refusal(frames: list[str]) -> tuple[bool, str | None]:
-    """Whether a ``ValueError`` raised at these frames is the release refusing the model, and
-    otherwise which of the harness's choices it refused (``HARNESS_CHOICES``), if any."""
+def refusal(frames: list[str], value_error: bool = True) -> tuple[bool, str | None]:
+    """Whether an exception raised at these frames is the release refusing the model (only a
+    ``value_error`` can be), and otherwise which of the harness's choices it refused
+    (``HARNESS_CHOICES``), if any."""
     release = [f for f in frames if f.startswith("sglang/")]
     choice = next((why for f in release for name, why in HARNESS_CHOICES.items()
                    if f.endswith(f":{name}")), None)  # fmt: skip
-    return choice is None and any(f.startswith(REFUSING_FILES) for f in frames[-2:]), choice
+    refused = value_error and any(f.startswith(REFUSING_FILES) for f in frames[-2:])
+    return choice is None and refused, choice
 
 
 def build_failed(exc: Exception, architecture: str) -> dict:
@@ -38,7 +44,7 @@ def build_failed(exc: Exception, architecture: str) -> dict:
     release itself refused it, refused one of the harness's choices, or lacks its class, and the
     release's rules."""
     failed = failure(exc)
-    refused, choice = refusal(failed["frames"]) if isinstance(exc, ValueError) else (False, None)
+    refused, choice = refusal(failed["frames"], isinstance(exc, ValueError))
     chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
     return {"build_error": failed["error"], "build_frames": failed["frames"],
             "facts": {"quantize": {k: v for k, v in chosen.items() if k != "callable"}},
@@ -53,5 +59,6 @@ def failure(exc: BaseException) -> dict:
     where = [f"{frames.relative_path(f.filename)}:{f.lineno}:{f.name}"
              for f in traceback.extract_tb(exc.__traceback__)]  # fmt: skip
     ours = [f for f in where if f.startswith("fp4lab/")]
-    return {"error": traceback.format_exception_only(exc)[-1].strip()[:800],
+    line = paths.unrooted(traceback.format_exception_only(exc)[-1].strip())
+    return {"error": line[:800],
             "frames": where[-8:], "harness_frame": ours[-1] if ours else None}  # fmt: skip

@@ -15,6 +15,7 @@ from typing import Any
 import torch
 
 from fp4lab.compile import fix, frames, target
+from fp4lab.core import paths
 from fp4lab.serving.replay import kernels, model, models, reworked
 from fp4lab.serving.replay.runner import Run
 
@@ -89,7 +90,7 @@ def output(run: Run, sm: tuple[int, int], *, replay: bool = False
             stack.enter_context(torch.no_grad())
             warmup(num_tokens=tokens)
     except Exception as exc:  # recorded: the comparison could not run
-        line = traceback.format_exception_only(exc)[-1].strip()
+        line = paths.unrooted(traceback.format_exception_only(exc)[-1].strip())
         last = traceback.extract_tb(exc.__traceback__)[-1]
         return None, None, f"{line[:500]} [at {frames.relative_path(last.filename)}:{last.lineno}]"
     return kept[-1].next_token_logits, ran.kernel, ""
