@@ -224,10 +224,11 @@ def test_published_fp4_formats_and_any_architecture_are_read(tmp_path):
 @pytest.mark.environments
 def test_published_formats_and_architectures_get_an_answer_from_a_real_release(tmp_path):
     """A compressed-tensors NVFP4 Qwen3, a ModelOpt NVFP4 GLM-4.5-Air (an architecture fp4lab
-    never named) and Llama-4 Scout (a multimodal wrapper), from their configs alone, through
-    SGLang 0.5.16's own classes and runner on SM12.0: the first two compile as released and equal
-    eager; Scout's compiled run fails in the release's MoE op, which fails uncompiled too: the
-    compiler is cleared, and the cell stays "not measured", since this replay's set-up is not.
+    never named), Llama-4 Scout (a multimodal wrapper) and the built-in DeepSeek-R1, from their
+    configs alone, through SGLang 0.5.16's own classes and runner on SM12.0: the first two and
+    DeepSeek compile as released and equal eager (DeepSeek's fused QKV-A GEMM a stand-in);
+    Scout's compiled run fails in the release's MoE op, which fails uncompiled too: the compiler
+    is cleared, and the cell stays "not measured", since this replay's set-up is not.
     GLM-4.5-Air's MoE routing is a torch.compile'd helper of the release, which inductor
     compiles for its CPU tensors once Triton's driver probe has its stand-in
     (``setup_standins.triton_driver_probe``)."""
@@ -238,13 +239,22 @@ def test_published_formats_and_architectures_get_an_answer_from_a_real_release(t
     )
     scout = models.read(configs.written(tmp_path / "llama-4-scout", configs.LLAMA4_SCOUT,
                                         configs.MODELOPT_LLAMA4))  # fmt: skip
-    [run] = matrix.measure([qwen, air, scout], [versions.TEST_VERSIONS[-1]], ["12.0"], fresh=True)
+    deepseek = models.named("deepseek-r1-nvfp4")
+    [run] = matrix.measure([qwen, air, scout, deepseek], [versions.TEST_VERSIONS[-1]], ["12.0"],
+                           fresh=True)  # fmt: skip
     for model, built in ((qwen, "qwen3.Qwen3ForCausalLM"), (air, "glm4_moe.Glm4MoeForCausalLM")):
         replay = run.by_model[model.name]["12.0"]
         row = matrix.row(model, run.version, "12.0", replay, run.calls)
         assert replay["facts"]["model_class"] == f"sglang.srt.models.{built}"
         assert (row["outcome"], row["equals_eager"]) == ("compiles", True), row["note"]
     assert run.by_model[qwen.name]["12.0"]["facts"]["quantization"] == "compressed-tensors"
+    row = matrix.row(deepseek, run.version, "12.0", run.by_model[deepseek.name]["12.0"], run.calls)
+    assert (row["outcome"], row["equals_eager"]) == ("compiles", True), row["note"]
+    assert "sglang::cutedsl_dsv3_fused_a_gemm_cpu_kernel" in row["standins_reached"], (
+        "on SM12.0 the release picks its CuTe-DSL fused QKV-A GEMM, whose real kernel would "
+        "refuse the shrunk hidden size (K a multiple of 1024)"
+    )
+    assert "sglang::jit_dsv3_fused_a_gemm_cpu_kernel" not in row["standins_reached"]
     standins = {s["name"] for s in run.by_model[air.name]["12.0"]["standins"]}
     assert "triton_driver_probe" in standins
     row = matrix.row(scout, run.version, "12.0", run.by_model[scout.name]["12.0"], run.calls)

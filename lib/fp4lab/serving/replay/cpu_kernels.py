@@ -197,6 +197,11 @@ def mm_out_dtype(a: torch.Tensor, b: torch.Tensor, out_dtype: torch.dtype) -> to
     return torch.mm(a.float(), b.float()).to(out_dtype)
 
 
+def fused_a_gemm(mat_a: torch.Tensor, mat_b: torch.Tensor) -> torch.Tensor:
+    """DeepSeek-V3's fused QKV-A GEMM, ``mat_a [M, K] @ mat_b [K, N]`` in bf16, float accumulate."""
+    return torch.mm(mat_a.float(), mat_b.float()).to(torch.bfloat16)
+
+
 def layernorm(x, weight, bias, eps):
     return torch.nn.functional.layer_norm(
         x.float(), (x.shape[-1],), weight.float(), None if bias is None else bias.float(), eps

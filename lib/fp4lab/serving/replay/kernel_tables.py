@@ -104,6 +104,16 @@ SGLANG_OP_KERNELS = {
         "SGLang's NVFP4 Marlin GEMM (Hopper, 0.5.2x): no CPU reference for Marlin's repacked "
         "layout, so zeros of its shape (the linear layers' numerics are not checked on SM90)",
     ),
+    "jit_dsv3_fused_a_gemm": (
+        cpu_kernels.fused_a_gemm,
+        "SGLang's JIT DeepSeek-V3 fused QKV-A GEMM (its choice below SM120): a bf16 matmul",
+    ),
+    "cutedsl_dsv3_fused_a_gemm": (
+        cpu_kernels.fused_a_gemm,
+        "SGLang's CuTe-DSL DeepSeek-V3 fused QKV-A GEMM (its choice on SM120): a bf16 matmul; the "
+        "real kernel asserts K a multiple of 1024, which the full model's hidden size (7168) "
+        "meets and the shrunk model's (256) does not",
+    ),
     "hadamard_transform": (
         cpu_kernels.hadamard,
         "SGLang's JIT Hadamard transform (DSA indexer, an op from 0.5.2x): matmul with the "
@@ -117,6 +127,8 @@ SGLANG_OP_MODULES = (
     "sglang.kernels.ops.quantization.hadamard",
     "sglang.jit_kernel.hadamard",
     "sglang.jit_kernel.rope",
+    "sglang.jit_kernel.dsv3_fused_a_gemm",
+    "sglang.jit_kernel.cutedsl_dsv3_fused_a_gemm",
 )
 """Where a release defines such an op in a module its model imports only when first called
 (0.5.2x; the JIT kernel package from 0.5.13)."""
