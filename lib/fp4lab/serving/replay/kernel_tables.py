@@ -129,9 +129,11 @@ SGLANG_OP_MODULES = (
     "sglang.jit_kernel.rope",
     "sglang.jit_kernel.dsv3_fused_a_gemm",
     "sglang.jit_kernel.cutedsl_dsv3_fused_a_gemm",
+    "sglang.kernels.ops.gemm.dsv3_fused_a_gemm",
+    "sglang.kernels.ops.gemm.cutedsl_dsv3_fused_a_gemm",
 )
 """Where a release defines such an op in a module its model imports only when first called
-(0.5.2x; the JIT kernel package from 0.5.13)."""
+(0.5.2x; the JIT kernel package from 0.5.13, its ops package in later releases)."""
 
 
 ATEN_CPU_KERNELS = {
