@@ -224,34 +224,6 @@ def imported(sm: tuple[int, int]) -> Iterator[Release]:
         yield Release(sm, rework, stack, standins, patched, chosen, time.perf_counter() - started)
 
 
-PREQUANTIZED_DUMMY = kernels.record(
-    "dummy_loader_for_prequantized", "sglang.srt.model_loader.loader.ModelOptModelLoader",
-    "0.5.4 sends a ModelOpt checkpoint to ModelOptModelLoader ahead of the dummy load format; "
-    "for one it counts as quantized already, that loader's load_model is DefaultModelLoader's "
-    "(weights read from files), so the release's DummyModelLoader builds the same model with "
-    "dummy weights, as from 0.5.5 its get_model_loader does",
-)  # fmt: skip
-
-
-def dummy_loader(get_model_loader: Any, load_config: Any, model_config: Any
-                 ) -> tuple[Any, list[dict]]:  # fmt: skip
-    """The release's loader for dummy weights. From 0.5.5 ``get_model_loader`` answers the dummy
-    load format first; 0.5.4 sends any ModelOpt checkpoint to ``ModelOptModelLoader`` ahead of
-    it. For a checkpoint 0.5.4 counts as quantized already (``_is_already_quantized``: it has
-    ``hf_quant_config.json``), that loader's ``load_model`` is ``DefaultModelLoader``'s, which
-    reads weight files; 0.5.4's own ``DummyModelLoader`` builds the same model (the same
-    ``_initialize_model``) with dummy weights, as later releases choose. A checkpoint it counts
-    as unquantized goes to ModelOpt's quantize workflow, which needs real weights: left as is.
-    Returns the loader and, where it stands in, its record."""
-    loader = get_model_loader(load_config, model_config)
-    quantized = getattr(model_config, "_is_already_quantized", None)
-    if type(loader).__name__ != "ModelOptModelLoader" or quantized is None or not quantized():
-        return loader, []
-    from sglang.srt.model_loader.loader import DummyModelLoader
-
-    return DummyModelLoader(load_config), [PREQUANTIZED_DUMMY]
-
-
 def build(release: Release, checkpoint: Path, flags: list[str]) -> Built:
     """The release's model of the tiny ``checkpoint`` folder, with its runner host; see the module
         docstring. It ends the release's simulated GPU once the model is built, so a process builds
@@ -285,8 +257,8 @@ def build(release: Release, checkpoint: Path, flags: list[str]) -> Built:
 
                 set_global_server_args_for_scheduler(server_args)
             ranks.parallel_groups(server_args, model_config)
-            loader, listed = dummy_loader(get_model_loader, LoadConfig(load_format="dummy"),
-                                          model_config)  # fmt: skip
+            dummy = LoadConfig(load_format="dummy")
+            loader, listed = setup_standins.dummy_loader(get_model_loader, dummy, model_config)
             standins += listed
             model = loader.load_model(
                 model_config=model_config, device_config=DeviceConfig("cpu", 0)

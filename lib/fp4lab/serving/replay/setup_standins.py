@@ -1,6 +1,7 @@
 """Inside one SGLang environment: what building the release's model on a CPU needs beyond the
 simulated GPU (``inside.simulated_gpu``), each returned as a record: the CUDA runtime library
-loaded, set-up allocations on the CPU, an alternate stream, the GPU's memory and SM count.
+loaded, set-up allocations on the CPU, an alternate stream, the GPU's memory and SM count, and
+the loader for dummy weights where a release routes a checkpoint past it (``dummy_loader``).
 """
 
 from __future__ import annotations
@@ -145,3 +146,31 @@ def triton_driver_probe() -> list[dict]:
                    "is there (the simulated GPU); the driver finds no libcuda on this machine, so "
                    f"the key is {NO_DRIVER!r} and the release's torch.compile'd helpers compile "
                    "for the CPU tensors they are given")]  # fmt: skip
+
+
+PREQUANTIZED_DUMMY = kernels.record(
+    "dummy_loader_for_prequantized", "sglang.srt.model_loader.loader.ModelOptModelLoader",
+    "0.5.4 sends a ModelOpt checkpoint to ModelOptModelLoader ahead of the dummy load format; "
+    "for one it counts as quantized already, that loader's load_model is DefaultModelLoader's "
+    "(weights read from files), so the release's DummyModelLoader builds the same model with "
+    "dummy weights, as from 0.5.5 its get_model_loader does",
+)  # fmt: skip
+
+
+def dummy_loader(get_model_loader: Any, load_config: Any, model_config: Any
+                 ) -> tuple[Any, list[dict]]:  # fmt: skip
+    """The release's loader for dummy weights. From 0.5.5 ``get_model_loader`` answers the dummy
+    load format first; 0.5.4 sends any ModelOpt checkpoint to ``ModelOptModelLoader`` ahead of
+    it. For a checkpoint 0.5.4 counts as quantized already (``_is_already_quantized``: it has
+    ``hf_quant_config.json``), that loader's ``load_model`` is ``DefaultModelLoader``'s, which
+    reads weight files; 0.5.4's own ``DummyModelLoader`` builds the same model (the same
+    ``_initialize_model``) with dummy weights, as later releases choose. A checkpoint it counts
+    as unquantized goes to ModelOpt's quantize workflow, which needs real weights: left as is.
+    Returns the loader and, where it stands in, its record."""
+    loader = get_model_loader(load_config, model_config)
+    quantized = getattr(model_config, "_is_already_quantized", None)
+    if type(loader).__name__ != "ModelOptModelLoader" or quantized is None or not quantized():
+        return loader, []
+    from sglang.srt.model_loader.loader import DummyModelLoader
+
+    return DummyModelLoader(load_config), [PREQUANTIZED_DUMMY]
