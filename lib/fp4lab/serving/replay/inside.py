@@ -171,12 +171,11 @@ def failed(outcome: trace.TraceOutcome, exc: Exception) -> tuple[str, list[str]]
     traced = isinstance(exc, torch._dynamo.exc.TorchDynamoException)  # raised while tracing
     outcome.status = "unsupported" if traced else "runtime_error"
     outcome.exception = f"{type(exc).__module__}.{type(exc).__qualname__}"
-    parsed = trace.parse_message(paths.unrooted(str(exc)))
+    said = paths.unrooted(str(exc))
+    parsed = trace.parse_message(said)
     outcome.message, outcome.explanation, outcome.hints, outcome.debug_context = parsed
     outcome.gb_type = getattr(exc, "gb_type", None) or None
-    cause = next(
-        (line.strip() for line in paths.unrooted(str(exc)).splitlines()[1:] if line.strip()), ""
-    )
+    cause = next((line.strip() for line in said.splitlines()[1:] if line.strip()), "")
     inner = traceback.extract_tb(exc.__traceback__)
     found = sglang_frames(outer if inner is outer else traceback.StackSummary([*outer, *inner]))
     real = getattr(exc, "real_stack", None) or inner
