@@ -139,6 +139,6 @@ def test_a_hung_rank_is_named_and_finished_chunk_counts_are_kept(tmp_path):
     assert (
         "rank 0 (pid " in run.message
         and "hung at 'chunks 2'" in run.message
-        and "rank 1 had reached 'chunks 2: compute'" in run.message
+        and "rank 1 had reached 'chunks 2: timing'" in run.message
     ), run.message
     assert [r["chunks"] for r in torchrun.read_rows(out)] == [1]

@@ -8,7 +8,8 @@ This is the shape of SGLang's Single Batch Overlap (``--enable-single-batch-over
 within one micro-batch, the down-projection GEMM of the routed experts overlaps with
 the combine that sends its results back. Each rank holds ``experts / world`` experts of
 GLM-5's MoE (widths divided by ``scale``) and receives ``tokens * topk`` routed rows.
-Four timings per chunk count, each the slowest rank's per iteration, as a median:
+Four timings per chunk count, taken in turn within each iteration, each the slowest rank's
+per iteration, as a median:
 
 - compute: the chunked GEMMs alone;
 - comm: the chunked combines alone, each waited for before the next;
@@ -122,25 +123,33 @@ class Pipeline:
 
 
 def _timed(
-    call: Callable[[], object],
+    calls: dict[str, Callable[[], object]],
     iters: int,
     warmup: int,
     device: torch.device,
     meta: dist.ProcessGroup,
-) -> float:
-    """Median over iterations of the slowest rank's milliseconds for ``call``."""
+) -> dict[str, float]:
+    """Median over iterations of the slowest rank's milliseconds for each call.
+
+    The calls take turns within every iteration, so a busy spell of the machine falls on all
+    of them alike instead of on whichever happened to be timed then."""
     for _ in range(warmup):
-        call()
+        for call in calls.values():
+            call()
     timing.sync(device)
     dist.barrier(group=meta)
-    samples = []
+    samples: dict[str, list[float]] = {name: [] for name in calls}
     for _ in range(iters):
-        dist.barrier(group=meta)  # every rank starts the iteration together; the wait is not timed
-        started = time.perf_counter()
-        call()
-        timing.sync(device)
-        samples.append((time.perf_counter() - started) * 1e3)
-    return timing.summarize(ranks.iteration_max(samples, meta))["median_ms"]
+        for name, call in calls.items():
+            dist.barrier(group=meta)  # every rank starts the call together; the wait is not timed
+            started = time.perf_counter()
+            call()
+            timing.sync(device)
+            samples[name].append((time.perf_counter() - started) * 1e3)
+    return {
+        name: timing.summarize(ranks.iteration_max(taken, meta))["median_ms"]
+        for name, taken in samples.items()
+    }
 
 
 def measure_chunks(
@@ -154,16 +163,16 @@ def measure_chunks(
 ) -> dict:
     """The four timings, the efficiency and the correctness check for one chunk count."""
     outputs = pipeline.compute(chunks)
-    timings = {}
-    for name, call in (
-        ("compute", lambda: pipeline.compute(chunks)),
-        ("comm", lambda: pipeline.blocking(outputs)),
-        ("overlapped", lambda: pipeline.overlapped(chunks)),
-        ("sequential", pipeline.sequential),
-    ):
-        ranks.progress(f"chunks {chunks}: {name}")
-        timings[name] = _timed(call, iters, warmup, device, meta)
-    t_compute, t_comm, t_overlapped, t_sequential = timings.values()
+    ranks.progress(f"chunks {chunks}: timing")
+    calls = {
+        "compute": lambda: pipeline.compute(chunks),
+        "comm": lambda: pipeline.blocking(outputs),
+        "overlapped": lambda: pipeline.overlapped(chunks),
+        "sequential": pipeline.sequential,
+    }
+    t_compute, t_comm, t_overlapped, t_sequential = _timed(
+        calls, iters, warmup, device, meta
+    ).values()
     ranks.progress(f"chunks {chunks}: checking")
     reference = torch.cat(pipeline.blocking(pipeline.compute(chunks))).float()
     local_diff = float((torch.cat(pipeline.overlapped(chunks)).float() - reference).abs().max())
