@@ -89,6 +89,7 @@ class KVPool:
 
     def __init__(self, page_size: int, dtype: torch.dtype, kv_heads: int, head_dim: int) -> None:
         self.page_size, self.dtype = page_size, dtype
+        self.index_page_size = page_size  # the DSA indexer's key cache pages
         self.shape = (self.ROWS, kv_heads, head_dim)
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
 

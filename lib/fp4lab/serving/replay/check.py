@@ -1,6 +1,12 @@
-"""Any FP4 model before launch: its config through one release's piecewise runner on one SM.
+"""Any FP4 model before launch: its config through one release's prefill graph runner on one SM.
 
-    python -m fp4lab.serving.replay check --config PATH --sglang 0.5.21 --sm 12.0 [--trace-dir DIR]
+    python -m fp4lab.serving.replay check --config PATH --sglang 0.5.21 --sm 12.0 \
+        [--backend default|breakable|tc_piecewise] [--trace-dir DIR]
+
+``--backend default`` (the default) answers for the prefill graph the release resolves for the
+model with no flag where the release has breakable graphs (0.5.15 on, read from its files):
+captured by the release's own runner and replayed (``breakable``); any other default is answered
+through tc_piecewise (below), as ``--backend tc_piecewise`` is; ``full`` is not driven yet.
 
 The config (``config.json`` or its folder, with ``hf_quant_config.json`` where the checkpoint has
 one) is read and checked before anything is built (``models.read``); the release's own model
@@ -17,7 +23,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fp4lab.core import params
-from fp4lab.serving.replay import decide, env, models, pool, versions
+from fp4lab.serving.replay import breakable_outcome, decide, env, flags, models, pool, versions
 
 
 def blocker_lines(replay: dict) -> list[str]:
@@ -69,13 +75,69 @@ def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[di
     return row, lines
 
 
+BACKENDS = ("default", "breakable", "tc_piecewise")
+"""What ``--backend`` accepts: the release's own default, or one prefill graph."""
+
+
+def breakable_lines(
+    model: models.Model, version: str, sm: str, replay: dict
+) -> tuple[str, list[str]]:
+    """The outcome of a breakable walk and the lines that say it."""
+    found = replay.get("breakable")
+    if found is None:
+        failed = replay.get("harness_error") or replay.get("error") or {}
+        why = (
+            replay.get("not_driven")
+            or f"{failed.get('error')} [at {(failed.get('frames') or ['?'])[-1]}]"
+        )
+        return "not measured", [f"{model.name} through breakable in SGLang {version} on SM{sm}: "
+                                f"NOT MEASURED", f"  note: {why}"]  # fmt: skip
+    result, why = breakable_outcome.outcome(found)
+    lines = [f"{model.name} ({model.architecture}, {model.quantization.upper()}) through breakable "
+             f"in SGLang {version} on SM{sm} (capture simulated on a CPU): {result.upper()}",
+             f"  note: {why}", "  how: simulated_capture (the release's PrefillCudaGraphRunner and "
+             "BreakableCudaGraphBackend; segments recorded at torch.cuda.CUDAGraph)"]  # fmt: skip
+    for b in found.get("buckets", []):
+        breaks = ", ".join(dict.fromkeys(b["breaks"])) or "none"
+        lines.append(f"  bucket {b['bucket']}: {b['segments']} segments, {len(b['breaks'])} breaks "
+                     f"({breaks})")  # fmt: skip
+    lines += [f"  flagged: {f['what']} in segment {f['segment']} of bucket {f['bucket']} at "
+              f"{f['frame']}" for f in found.get("flags", [])]  # fmt: skip
+    lines += [f"  replay of bucket {r['bucket']}: max |diff| vs eager {r['max_abs_diff']:.3g}"
+              for r in found.get("replays", [])]  # fmt: skip
+    lines.append(f"  stand-ins reached: {', '.join(replay.get('standins_reached', [])) or 'none'}")
+    return result, lines
+
+
+def has_breakable(version: str) -> bool:
+    """Whether the release's installed files hold a breakable prefill graph backend."""
+    found = env.env_dir(version).glob("venv/lib/python*/site-packages/sglang/srt/model_executor/"
+                                      "runner_backend/breakable_cuda_graph_backend.py")  # fmt: skip
+    return any(found)
+
+
 def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
-          progress: Callable[[str], object] = print) -> int:  # fmt: skip
-    """Replay ``model`` on one release and SM and print the answer; 0 when measured."""
+          progress: Callable[[str], object] = print, backend: str = "default") -> int:  # fmt: skip
+    """Replay ``model`` on one release and SM through ``backend`` and print the answer; 0 when
+    measured."""
     built = env.ensure_env(version)
     if not built.ok:
         progress(f"error: sglang=={version}: {built.error}")
         return 1
+    if backend == "breakable" and not has_breakable(version):
+        progress(f"SGLang {version} has no breakable prefill graph backend (none in its files)")
+        return 1
+    if backend != "tc_piecewise" and has_breakable(version):
+        found = pool.replay_one(version, sm, model, walk="breakable")
+        default = flags.read(found)
+        if backend == "breakable" or default["default_prefill"] == "breakable":
+            progress(f"SGLang {version} gives {model.name} on SM{sm} "
+                     f"{default['default_prefill'] or 'an unknown prefill graph'} by default "
+                     f"({default['default_rule'] or 'its resolution not recorded'})")  # fmt: skip
+            result, lines = breakable_lines(model, version, sm, found)
+            for line in lines:
+                progress(line)
+            return 0 if result != "not measured" else 1
     extra = (("TORCH_TRACE", str(trace_dir.resolve())),) if trace_dir else ()
     found = pool.replay_one(version, sm, model, env_vars=extra)
     row, lines = answer(model, version, sm, found)
@@ -88,19 +150,21 @@ def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
 
 def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="python -m fp4lab.serving.replay check",
-                                     description="will SGLang's piecewise CUDA graphs compile "
+                                     description="will SGLang's prefill CUDA graphs work for "
                                      "this FP4 model? (a CPU replay, no weights)")  # fmt: skip
     parser.add_argument("--config", required=True, help="a config.json or its folder")
     parser.add_argument("--sglang", required=True, help=f"one of {', '.join(versions.VERSIONS)}")
     parser.add_argument("--sm", required=True, help=f"one of {', '.join(versions.SMS)}")
+    parser.add_argument("--backend", default="default", help=f"one of {', '.join(BACKENDS)}")
     parser.add_argument("--trace-dir", metavar="DIR", help="keep dynamo's structured trace here")
     args = parser.parse_args(argv)
     try:
         params.choice("--sglang", args.sglang, versions.VERSIONS)
         params.choice("--sm", args.sm, tuple(versions.SMS))
+        params.choice("--backend", args.backend, BACKENDS)
         model = models.read(args.config)
         trace = params.folder("--trace-dir", args.trace_dir) if args.trace_dir else None
     except ValueError as exc:
         print(f"error: {exc}", file=sys.stderr)
         return 2
-    return check(model, args.sglang, args.sm, trace)
+    return check(model, args.sglang, args.sm, trace, backend=args.backend)

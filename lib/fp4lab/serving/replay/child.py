@@ -7,23 +7,20 @@ that process per tiny CHECKPOINT folder (``models.write_tiny``; GLM-5's ``GlmMoe
 in the story) and its walk (``MODES``), the release's class is built (``model.build``) and its
 piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunner`` does:
 
-* **eager** (every walk, first): the runner without ``install_torch_compiled``, on the release's
-  code: what runs before any compile is blamed;
+* **eager** (every walk but ``breakable``, first): the runner without ``install_torch_compiled``;
 * **chain** (MODE ``chain`` or ``story``): the story's blocker chain through the runner, each
   blocker removed by its staged remedy (``compile.stages``), stopping at the JIT's file I/O, a
   compiled model or a blocker with none; with ``story``, the story's ``torch.compiler.disable``
-  patch on top, and the first blocker once for each value of CUDA_HOME in CUDA_HOMES (``unset``
-  or a path);
+  patch on top, and the first blocker once per CUDA_HOME in CUDA_HOMES (``unset`` or a path);
 * **fix** (MODE ``patch``): the user's patch (``patch.PARTS``), written as the plugin file and
   imported, one part added for each blocker it removes, until the model compiles or a blocker
-  has no part; then the same runner eagerly with the same patch, and the logits of both compared.
+  has no part; then the same runner eagerly with the same patch, and the logits of both compared;
+* **breakable** (MODE ``breakable``): the release's breakable capture and replays (``breakable``).
 
-Each walk has a fork of its own, because walks in one process change each other: the first
-compile's trace fills memos the next one's finds filled (sgl_kernel's ``is_arch_support_pdl``),
-so a patch walk after the chain saw one graph where a fresh process sees two.
+Each walk has a fork of its own: walks in one process change each other (the first compile's
+trace fills memos the next one finds filled: sgl_kernel's ``is_arch_support_pdl``).
 
-CUDA_HOMES and MODES (one per CHECKPOINT) are comma-separated. OUT holds ``replays``, one per
-CHECKPOINT in order.
+CUDA_HOMES and MODES (one per CHECKPOINT) are comma-separated; OUT holds ``replays`` in order.
 """
 
 from __future__ import annotations
@@ -44,6 +41,7 @@ from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, forks, paths, probe
 from fp4lab.serving.replay import (
     availability,
+    breakable,
     facts,
     forward,
     kernels,
@@ -199,10 +197,10 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
             "frames": data["frames"][-6:], "kernel": ran.kernel}  # fmt: skip
 
 
-MODES = ("story", "chain", "patch")
+MODES = ("story", "chain", "patch", "breakable")
 """What a replay walks after the eager pass: ``patch`` the user's patch (the blockers, the fix);
 ``chain`` the story's blocker chain; ``story`` the chain, the story's own patch and each
-CUDA_HOME."""
+CUDA_HOME; ``breakable`` (no eager pass) the release's breakable capture and replays."""
 
 MODEL_TIMEOUT_S = 480
 """The longest one model's replay (its fork) may take."""
@@ -239,6 +237,8 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     given = models.read(checkpoint)
     found["architecture"] = given.architecture
     found["resolution"], flags = model.resolved(release, checkpoint)
+    if mode == "breakable":
+        return breakable.walk(release, checkpoint, found, refused) | facts.release_rules()
     try:
         built = model.build(release, checkpoint, model.command_line(given, flags or []))
     except Exception as exc:  # recorded: the exact obstacle on this machine

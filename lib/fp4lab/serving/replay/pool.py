@@ -78,9 +78,10 @@ def unpacked(found: dict, count: int) -> list[dict]:
 
 
 def replay_one(version: str, sm: str, model: models.Model,
-               env_vars: tuple[tuple[str, str], ...] = ()) -> dict:  # fmt: skip
-    """One model's patch walk on one release x SM whose environment is built, run now."""
-    one = child(version, sm, list(CUDA_HOME_CASES), [(model, "patch")], env_vars)
+               env_vars: tuple[tuple[str, str], ...] = (), walk: str = "patch") -> dict:  # fmt: skip
+    """One model's walk (the patch walk unless told) on one release x SM whose environment is
+    built, run now."""
+    one = child(version, sm, list(CUDA_HOME_CASES), [(model, walk)], env_vars)
     [found] = venvs.run_children([one], paths.build_dir() / LOGS, CHILD_TIMEOUT_S)
     return unpacked(found, 1)[0]
 

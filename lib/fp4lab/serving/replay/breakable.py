@@ -1,0 +1,299 @@
+"""Inside one SGLang environment: the release's breakable prefill CUDA graphs (0.5.15 on),
+captured by its own runner and replayed.
+
+``drive`` calls the release's ``ModelRunner.init_cuda_graphs(capture_decode_cuda_graph=False)``
+on the model's runner host, its resolution set to ``breakable``: ``PrefillCudaGraphRunner`` runs
+its own warm-up, ``graph_capture``, ``BreakableCudaGraphBackend.capture_session`` and, per token
+bucket, largest first, ``capture_one_shape`` (two eager warm-ups, then
+``BreakableCUDAGraphCapture``: each segment a ``torch.cuda.CUDAGraph`` whose
+``capture_begin``/``capture_end`` the recorder stands in for, each ``eager_on_graph`` break run
+once and kept for replay). What stands in is only the capture's boundary (``CAPTURE_STANDINS``):
+a segment records the operators it dispatches, with their tensors, and replays them in place.
+
+Then, per compared bucket, the runner's static input ids get fresh values, the captured forward
+runs eagerly and the backend's own ``replay`` (segments and breaks in order) runs in the runner's
+forward context; the two outputs are compared. Inside an open segment the recorder flags what a
+real capture refuses: a host sync (``HOST_SYNCS``, ``torch.cuda.synchronize``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import traceback
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+
+from fp4lab.compile import frames, target
+from fp4lab.compile.audit import simulation
+from fp4lab.serving.capture import recorder
+from fp4lab.serving.replay import availability, inside, kernels, model, models, reached, reworked
+from fp4lab.serving.replay.failed import build_failed, failure
+
+BACKEND = "sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend"
+GRAPH = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"
+
+HOST_SYNCS = {torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero}
+"""Operators that wait for the GPU (``.item()``, ``nonzero``): a capturing stream refuses them."""
+
+COMPARED = 3
+"""Buckets replayed and compared with eager: the smallest captured ones, after every capture."""
+
+CAPTURE_STANDINS = [
+    kernels.record("breakable_segment_recorder", "torch.cuda.CUDAGraph (capture_begin, "
+                   "capture_end, instantiate, replay)",
+                   "no CUDA device: each segment records the operators it dispatches, with their "
+                   "tensors, and a replay re-runs them on those tensors (fixed addresses); the "
+                   "graph pool's memory reuse and weak references are not imitated (CPU tensors "
+                   "are kept whole by the release)"),
+    kernels.record("capture_status", f"{GRAPH}._is_stream_capturing",
+                   "cuda-python's cudaStreamGetCaptureInfo needs a CUDA stream: a side stream "
+                   "reads as not capturing (one CPU stream, nothing forked)"),
+    kernels.record("graph_streams", "torch.cuda.Stream, stream, current_stream", "torch.cpu's stream"),
+    kernels.record("graph_pool_handle", "torch.cpu.graph_pool_handle", "an opaque object: the pool"),
+    kernels.record("kv_index_translator_allocator", "ModelRunner.init_kv_index_translator",
+                   "the release's own translator, over the stand-in KV pool, with no KV "
+                   "allocator (nothing is allocated in the cache)"),
+    kernels.record("release_attention_defaults", "layers.attention.base_attn_backend.AttentionBackend",
+                   "the stand-in attention backend takes the release's base class's defaults for "
+                   "what a prefill graph runner asks of it"),
+    kernels.record("replay_inputs", "PrefillCudaGraphRunner.load_batch",
+                   "a replay writes fresh input ids into the runner's static slot and runs in "
+                   "the runner's forward context for the captured batch, where load_batch would "
+                   "copy a request in"),
+]  # fmt: skip
+
+
+@dataclass
+class Flag:
+    """Something a real capture refuses, seen inside an open segment."""
+
+    what: str
+    bucket: int
+    segment: int
+    frame: str
+
+    def as_record(self) -> dict:
+        return {"what": self.what, "bucket": self.bucket, "segment": self.segment,
+                "frame": self.frame}  # fmt: skip
+
+
+@dataclass
+class Capture:
+    """What the segments saw: the open segment's bucket and index, and the flags."""
+
+    bucket: int = 0
+    segment: int = 0
+    flags: list[Flag] = field(default_factory=list)
+
+    def flag(self, what: str) -> None:
+        frame = _release_frame(traceback.extract_stack()[:-2])
+        self.flags.append(Flag(what, self.bucket, self.segment, frame))
+
+
+def _release_frame(stack: list[traceback.FrameSummary]) -> str:
+    """The deepest frame outside torch and fp4lab (its recorder, stand-ins): the code that asked."""
+    for f in reversed(stack):
+        where = frames.relative_path(f.filename)
+        if not where.startswith(("torch/", "fp4lab/")):
+            return f"{where}:{f.lineno}:{f.name}"
+    return "unknown"
+
+
+class _Watching(recorder._Recording):
+    """The recorder's mode, flagging host syncs into ``capture``."""
+
+    def __init__(self, into: recorder.RecordedGraph, capture: Capture) -> None:
+        super().__init__(into)
+        self.capture = capture
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in HOST_SYNCS:
+            self.capture.flag(f"host sync {func.overloadpacket.__name__}")
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def segment_class(capture: Capture) -> type:
+    """``torch.cuda.CUDAGraph`` for the breakable capture: ``capture_begin`` opens a recording,
+    ``capture_end`` closes it, ``replay`` re-runs it (``recorder.RecordedGraph``)."""
+
+    class Segment(recorder.RecordedGraph):
+        def __init__(self, keep_graph: bool = False) -> None:
+            super().__init__()
+            self.mode: _Watching | None = None
+
+        def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+            capture.segment += 1
+            self.mode = _Watching(self, capture)
+            self.mode.__enter__()
+
+        def capture_end(self) -> None:
+            assert self.mode is not None
+            self.mode.__exit__(None, None, None)
+            self.mode = None
+
+        def instantiate(self) -> None:
+            return None
+
+    return Segment
+
+
+def _attention_defaults(host: Any) -> None:
+    """The stand-in attention backend with the release's base class under it (its defaults)."""
+    base = kernels.attribute("sglang.srt.layers.attention.base_attn_backend", "AttentionBackend")
+    ours = type(host.attn_backend)
+    if base is not None and not issubclass(ours, base):
+        host.attn_backend.__class__ = type(
+            ours.__name__, (ours, base), {"__abstractmethods__": frozenset()}
+        )
+
+
+@dataclass
+class Captured:
+    """The runner's captured buckets: each one's forward and batch, kept for the replay."""
+
+    forwards: dict[Any, Any] = field(default_factory=dict)
+    batches: dict[int, Any] = field(default_factory=dict)
+
+
+@contextlib.contextmanager
+def _boundary(sm: tuple[int, int], capture: Capture, kept: Captured) -> Iterator[None]:
+    """The capture's boundary stood in for (``CAPTURE_STANDINS``), each bucket's forward and
+    batch kept, the synchronize calls inside an open segment flagged."""
+    backend = kernels.attribute(BACKEND, "BreakableCudaGraphBackend")
+    runner_class = kernels.attribute(reworked.RUNNER, "PrefillCudaGraphRunner")
+    graph_module = __import__(GRAPH, fromlist=["_is_stream_capturing"])
+    capture_one, prepare = backend.capture_one, runner_class.capture_prepare
+    synchronize = torch.cuda.synchronize
+
+    def kept_capture_one(
+        self: Any, shape_key: Any, forward_fn: Any, *args: Any, **kwargs: Any
+    ) -> Any:
+        kept.forwards[shape_key] = forward_fn
+        capture.bucket, capture.segment = shape_key.size, 0
+        return capture_one(self, shape_key, forward_fn, *args, **kwargs)
+
+    def kept_prepare(self: Any, num_tokens: int) -> Any:
+        found = prepare(self, num_tokens)
+        kept.batches[num_tokens] = found[0]
+        return found
+
+    def watched_synchronize(*args: Any, **kwargs: Any) -> Any:
+        if graph_module._current_capture_var.get() is not None:
+            capture.flag("host sync torch.cuda.synchronize")
+        return synchronize(*args, **kwargs)
+
+    with contextlib.ExitStack() as stack:
+        stack.enter_context(target.attribute_replaced(torch.cpu, "graph_pool_handle", object))
+        stack.enter_context(simulation.simulated_cuda(sm))
+        stack.enter_context(inside.CudaOnCpu())
+        stack.enter_context(recorder.simulated())
+        stack.enter_context(
+            target.attribute_replaced(torch.cuda, "CUDAGraph", segment_class(capture))
+        )
+        stack.enter_context(
+            target.attribute_replaced(torch.cuda, "synchronize", watched_synchronize)
+        )
+        stack.enter_context(target.attribute_replaced(graph_module, "_is_stream_capturing",
+                                                      lambda stream: False))  # fmt: skip
+        stack.enter_context(target.attribute_replaced(backend, "capture_one", kept_capture_one))
+        stack.enter_context(
+            target.attribute_replaced(runner_class, "capture_prepare", kept_prepare)
+        )
+        yield
+
+
+def _break_name(replay_fn: Any) -> str:
+    """The function an ``eager_on_graph`` break runs: ``file:line:name``, or an op's name."""
+    cells = dict(zip(replay_fn.__code__.co_freevars, replay_fn.__closure__ or (), strict=False))
+    inner = getattr(cells.get("captured_inner"), "cell_contents", None)
+    code = getattr(inner, "__code__", None)
+    if code is None:
+        return str(getattr(inner, "__name__", None) or "unknown")  # an op: no Python code
+    return f"{frames.relative_path(code.co_filename)}:{code.co_firstlineno}:{code.co_name}"
+
+
+def _compare(runner: Any, kept: Captured, key: Any, generator: torch.Generator) -> dict:
+    """Fresh input ids in the runner's static slot; the captured forward run eagerly, then the
+    backend's replay, both in the runner's forward context; the outputs compared."""
+    ids = runner.buffer_registry.get_slot("input_ids").buffer
+    ids.copy_(torch.randint(0, 64, ids.shape, generator=generator, dtype=ids.dtype))
+    batch = kept.batches[key.size]
+    entered = getattr(runner, "model_context", contextlib.nullcontext)  # 0.5.2x
+    with entered(), runner.backend.replay_session():
+        with runner._prefill_forward_context(batch, num_tokens=key.size, raw_num_tokens=key.size):
+            eager = kept.forwards[key]().clone()
+        stale = runner.backend._outputs[key].clone()
+        with runner._prefill_forward_context(batch, num_tokens=key.size, raw_num_tokens=key.size):
+            replayed = runner.backend.replay(key, batch)
+    rows = replayed.shape[0]
+    diff = float((eager[:rows].float() - replayed.float()).abs().max())
+    moved = float((stale.float() - replayed.float()).abs().max())
+    return {"bucket": key.size, "max_abs_diff": diff, "equals_eager": diff == 0.0,
+            "output_changed_by_replay": moved > 0.0}  # fmt: skip
+
+
+def drive(host: Any, sm: tuple[int, int]) -> dict:
+    """The release's breakable capture of every bucket, then ``COMPARED`` replays against eager;
+    never raises for what the release does (a failure is the record's ``blocked``)."""
+    capture, kept = Capture(), Captured()
+    _attention_defaults(host)
+    host.token_to_kv_pool_allocator, host.page_size = None, host.server_args.page_size
+    if hasattr(host, "init_kv_index_translator"):  # 0.5.2x
+        host.init_kv_index_translator()
+    found: dict[str, Any] = {"standins": CAPTURE_STANDINS}
+    with torch.no_grad(), _boundary(sm, capture, kept):
+        try:
+            host.init_cuda_graphs(capture_decode_cuda_graph=False)
+        except Exception as exc:  # the release's capture failed: what is measured
+            found["blocked"] = failure(exc) | {"release_frame": _release_frame(
+                [f for f in traceback.extract_tb(exc.__traceback__)
+                 if frames.relative_path(f.filename).startswith("sglang/")])}  # fmt: skip
+        runner = getattr(host, "prefill_cuda_graph_runner", None)
+        graphs = getattr(getattr(runner, "backend", None), "_graphs", {})
+        found["backend"] = type(getattr(runner, "backend", None)).__name__
+        found["buckets"] = [
+            {"bucket": key.size, "segments": len(graph._segments),
+             "ops_per_segment": [len(s.ops) for s in graph._segments],
+             "breaks": [_break_name(fn) for fn in graph._break_fns]}
+            for key, graph in graphs.items()
+        ]  # fmt: skip
+        found["flags"] = [f.as_record() for f in capture.flags]
+        if "blocked" not in found and graphs:
+            generator = torch.Generator().manual_seed(1)
+            keys = sorted(graphs, key=lambda k: k.size)[:COMPARED]
+            found["replays"] = [_compare(runner, kept, key, generator) for key in keys]
+    return found
+
+
+def walk(release: model.Release, checkpoint: Path, found: dict, refused: Path) -> dict:
+    """The model built with the flags that reach breakable graphs (none reach them: not driven),
+    its capture and replays (``drive``) with the kernels and stand-ins they reached; fp4lab's own
+    failure is ``harness_error``, never a verdict."""
+    flags = found["resolution"]["graphs"]["breakable"]["flags"]
+    if flags is None:
+        return found | {"not_driven": "no option reaches breakable"}
+    given = models.read(checkpoint)
+    try:
+        built = model.build(release, checkpoint, model.command_line(given, flags))
+    except Exception as exc:  # recorded: the exact obstacle on this machine
+        return found | build_failed(exc, given.architecture)
+    found |= {"facts": built.facts, "build_seconds": round(built.seconds, 1)}
+    try:
+        found["breakable"] = drive(built.host, release.sm)
+    except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
+        found["harness_error"] = failure(exc)
+    found["standins"] = [*built.standins, *CAPTURE_STANDINS]
+    found["jit_builds_refused"] = kernels.refused_builds(refused)
+    found["kernels_reached"] = dict(sorted(reached.REACHED.items()))
+    found["standins_reached"] = reached.names(found["standins"])
+    try:
+        found["kernel_availability"] = availability.check(
+            reached.REACHED, vars(built.server_args), release.sm
+        )
+    except Exception as exc:  # fp4lab's reading failed: the kernels' availability is unknown
+        found["kernel_availability_error"] = failure(exc)
+    return found

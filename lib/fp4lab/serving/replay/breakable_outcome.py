@@ -1,0 +1,33 @@
+"""On the notebook's side: a breakable replay's outcome (``breakable.drive``'s record)."""
+
+from __future__ import annotations
+
+from fp4lab.serving.replay import blame
+
+
+def outcome(found: dict) -> tuple[str, str]:
+    """The breakable cell's outcome and why: ``blocked`` (the capture raised, other than at this
+    machine's edge, ``blame.MACHINE_ONLY``; or a flag a real capture refuses), ``wrong output``
+    (a replay differs from eager or left its output as captured), ``works``; ``not measured``
+    where nothing was captured or compared."""
+    stop = found.get("blocked")
+    if stop is not None:
+        where = f"{stop['error']} [at {stop.get('release_frame') or stop['frames'][-1]}]"
+        if blame.machine_only(stop):
+            return "not measured", f"this machine has no CUDA driver for a Triton launch: {where}"
+        return "blocked", where
+    if found.get("flags"):
+        first = found["flags"][0]
+        return "blocked", (f"{first['what']} inside captured segment {first['segment']} of "
+                           f"bucket {first['bucket']} at {first['frame']}")  # fmt: skip
+    replays = found.get("replays") or []
+    if not replays:
+        return "not measured", "no bucket was captured and replayed"
+    wrong = [r for r in replays if not (r["equals_eager"] and r["output_changed_by_replay"])]
+    if wrong:
+        return "wrong output", ", ".join(f"bucket {r['bucket']}: max |diff| {r['max_abs_diff']:.3g}"
+                                         for r in wrong)  # fmt: skip
+    return "works", (
+        f"{len(found['buckets'])} buckets captured; "
+        f"{', '.join(str(r['bucket']) for r in replays)} replayed equal to eager"
+    )

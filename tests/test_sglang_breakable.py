@@ -1,0 +1,58 @@
+"""Breakable prefill graphs (SGLang 0.5.15 on) captured by the release's own runner on a CPU
+and replayed (``serving/replay/breakable``): a model that works, and each fault a real capture
+or replay would show, planted in the same real release and seen."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from fp4lab.core import paths
+from fp4lab.serving.replay import breakable_outcome, check, env, models
+
+VERSION, SM = "0.5.16", "12.0"
+"""The newest release the other replay tests build; breakable by default on CUDA."""
+FAULT = Path(__file__).parent / "fixtures" / "breakable_fault.py"
+
+
+@pytest.mark.environments
+def test_check_answers_the_releases_default_breakable_graph_with_segments_and_replays():
+    lines: list[str] = []
+    model = models.named("llama-3.3-70b-nvfp4")
+    assert check.check(model, VERSION, SM, None, progress=lines.append) == 0
+    text = "\n".join(lines)
+    assert f"SGLang {VERSION} gives llama-3.3-70b-nvfp4 on SM{SM} breakable by default" in text
+    assert "through breakable" in text and ": WORKS" in text, text
+    assert "bucket 16: 3 segments, 2 breaks (unified_attention_with_output)" in text, text
+    for bucket in (4, 8, 12):
+        assert f"replay of bucket {bucket}: max |diff| vs eager 0" in text, text
+
+
+@pytest.mark.environments
+@pytest.mark.parametrize(
+    ("fault", "outcome", "said"),
+    [
+        ("host_sync", "blocked", "host sync _local_scalar_dense inside captured segment 2 of "
+                                 "bucket 16 at breakable_fault.py:"),
+        ("stale_replay", "wrong output", "bucket 4: max |diff|"),
+    ],
+)  # fmt: skip
+def test_a_planted_fault_is_seen_and_the_same_capture_without_it_works(fault, outcome, said,
+                                                                        tmp_path):  # fmt: skip
+    built = env.ensure_env(VERSION)
+    checkpoint = models.write_tiny(*models.named("llama-3.3-70b-nvfp4").tiny()[:2],
+                                   tmp_path / "model")  # fmt: skip
+    found = {}
+    for planted in ("none", fault):
+        out = tmp_path / f"{planted}.json"
+        subprocess.run([str(built.python), str(FAULT), str(checkpoint), SM, planted, str(out)],
+                       env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")},
+                       check=True, capture_output=True, timeout=600)  # fmt: skip
+        found[planted] = json.loads(out.read_text())
+    assert breakable_outcome.outcome(found["none"])[0] == "works"
+    result, why = breakable_outcome.outcome(found[fault])
+    assert result == outcome and said in why, why
