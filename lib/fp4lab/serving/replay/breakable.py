@@ -52,7 +52,8 @@ CAPTURE_STANDINS = [
     kernels.record("capture_status", f"{GRAPH}._is_stream_capturing",
                    "cuda-python's cudaStreamGetCaptureInfo needs a CUDA stream: a side stream "
                    "reads as not capturing (one CPU stream, nothing forked)"),
-    kernels.record("graph_streams", "torch.cuda.Stream, stream, current_stream", "torch.cpu's stream"),
+    kernels.record("graph_streams", "torch.cuda.Stream, stream, current_stream",
+                   "torch.cpu's streams, their id standing for stream_id and cuda_stream"),
     kernels.record("graph_pool_handle", "torch.cpu.graph_pool_handle", "an opaque object: the pool"),
     kernels.record("kv_index_translator_allocator", "ModelRunner.init_kv_index_translator",
                    "the release's own translator, over the stand-in KV pool, with no KV "
@@ -191,6 +192,8 @@ def _boundary(sm: tuple[int, int], capture: Capture, kept: Captured) -> Iterator
         stack.enter_context(simulation.simulated_cuda(sm))
         stack.enter_context(inside.CudaOnCpu())
         stack.enter_context(recorder.simulated())
+        for name in ("stream_id", "cuda_stream"):  # what the capture asks a stream for
+            stack.enter_context(target.attribute_replaced(torch.cpu.Stream, name, property(id)))
         stack.enter_context(
             target.attribute_replaced(torch.cuda, "CUDAGraph", segment_class(capture))
         )

@@ -5,7 +5,7 @@ from __future__ import annotations
 from fp4lab.serving.replay import blame
 
 
-def outcome(found: dict) -> tuple[str, str]:
+def capture_outcome(found: dict) -> tuple[str, str]:
     """The breakable cell's outcome and why: ``blocked`` (the capture raised, other than at this
     machine's edge, ``blame.MACHINE_ONLY``; or a flag a real capture refuses), ``wrong output``
     (a replay differs from eager or left its output as captured), ``works``; ``not measured``
@@ -31,3 +31,26 @@ def outcome(found: dict) -> tuple[str, str]:
         f"{len(found['buckets'])} buckets captured; "
         f"{', '.join(str(r['bucket']) for r in replays)} replayed equal to eager"
     )
+
+
+MEASURED = ("works", "blocked", "wrong output")
+
+
+def outcome(replay: dict) -> tuple[str, str]:
+    """A breakable walk's outcome (``capture_outcome`` of its ``breakable`` record), "kernel
+    unavailable" ahead of any measured one where it reached a kernel its SM lacks (the installed
+    package's evidence, ``availability``); "not measured" where the walk did not run."""
+    found = replay.get("breakable")
+    if found is None:
+        failed = replay.get("harness_error") or replay.get("error") or {}
+        return "not measured", replay.get("not_driven") or (
+            f"{failed.get('error')} [at {(failed.get('frames') or ['?'])[-1]}]"
+        )
+    result, why = capture_outcome(found)
+    missing = [k for k in replay.get("kernel_availability") or [] if k["available"] == "no"]
+    if missing and result in MEASURED:
+        first = missing[0]
+        return "kernel unavailable", (f"{first['kernel']} does not exist for this SM "
+                                      f"({first['library']}: {first['evidence']}); the capture: "
+                                      f"{result}, {why}")  # fmt: skip
+    return result, why

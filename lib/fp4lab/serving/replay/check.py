@@ -83,20 +83,15 @@ def breakable_lines(
     model: models.Model, version: str, sm: str, replay: dict
 ) -> tuple[str, list[str]]:
     """The outcome of a breakable walk and the lines that say it."""
-    found = replay.get("breakable")
-    if found is None:
-        failed = replay.get("harness_error") or replay.get("error") or {}
-        why = (
-            replay.get("not_driven")
-            or f"{failed.get('error')} [at {(failed.get('frames') or ['?'])[-1]}]"
-        )
-        return "not measured", [f"{model.name} through breakable in SGLang {version} on SM{sm}: "
-                                f"NOT MEASURED", f"  note: {why}"]  # fmt: skip
-    result, why = breakable_outcome.outcome(found)
+    result, why = breakable_outcome.outcome(replay)
     lines = [f"{model.name} ({model.architecture}, {model.quantization.upper()}) through breakable "
              f"in SGLang {version} on SM{sm} (capture simulated on a CPU): {result.upper()}",
-             f"  note: {why}", "  how: simulated_capture (the release's PrefillCudaGraphRunner and "
-             "BreakableCudaGraphBackend; segments recorded at torch.cuda.CUDAGraph)"]  # fmt: skip
+             f"  note: {why}", f"  flag: {flags.read(replay, 'breakable')['flag_why']}"]  # fmt: skip
+    found = replay.get("breakable")
+    if found is None:
+        return result, lines
+    lines.append("  how: simulated_capture (the release's PrefillCudaGraphRunner and "
+                 "BreakableCudaGraphBackend; segments recorded at torch.cuda.CUDAGraph)")  # fmt: skip
     for b in found.get("buckets", []):
         breaks = ", ".join(dict.fromkeys(b["breaks"])) or "none"
         lines.append(f"  bucket {b['bucket']}: {b['segments']} segments, {len(b['breaks'])} breaks "
@@ -105,6 +100,14 @@ def breakable_lines(
               f"{f['frame']}" for f in found.get("flags", [])]  # fmt: skip
     lines += [f"  replay of bucket {r['bucket']}: max |diff| vs eager {r['max_abs_diff']:.3g}"
               for r in found.get("replays", [])]  # fmt: skip
+    lines += [f"  kernel {k['kernel']} on SM{sm}: {k['available']} ({k['evidence']})"
+              for k in replay.get("kernel_availability") or [] if k["library"]]  # fmt: skip
+    chosen = {k: v for k, v in flags.read(replay)["kernel_backends"].items()
+              if ("attention" in k or "prefill" in k) and v not in ("auto", None)}  # fmt: skip
+    if "attention_backend" in replay.get("standins_reached", []):
+        lines.append(f"  attention: fp4lab's stand-in ran in place of the backend the release "
+                     f"resolved ({', '.join(f'{k}={v}' for k, v in chosen.items()) or 'unknown'}); "
+                     f"that backend's kernels were not run or checked")  # fmt: skip
     lines.append(f"  stand-ins reached: {', '.join(replay.get('standins_reached', [])) or 'none'}")
     return result, lines
 

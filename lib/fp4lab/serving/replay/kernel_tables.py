@@ -249,6 +249,9 @@ REPLACED = (
      "the DSA indexer's Triton FP8 block quantize (0.5.2x home), traced and run: one opaque op "
      "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
      "SGLang's Python wrapper around the launch is not traced here"),
+    ("sglang.kernels.ops.quantization.act_quant_triton", "act_quant", act_quant_launch,
+     "the DSA indexer's Triton FP8 block quantize (0.5.23 home, imported where it is called): one "
+     "opaque op (fp4lab_triton::act_quant); torch amax/scale"),
     ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", cpu_moe_kernels.triton_router,
      "SGLang's Triton MoE router (0.5.2x), traced and run: SGLang's own torch grouped top-k "
      "(biased_grouped_topk_impl); whether dynamo takes the Triton launch is not checked here"),

@@ -27,6 +27,8 @@ class _Stream:
     """``torch.cuda.Stream`` during set-up: SGLang makes an alternate stream it uses only while
     capturing CUDA graphs."""
 
+    stream_id = cuda_stream = property(id)  # what a breakable capture's stream hook reads
+
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         pass
 
