@@ -168,8 +168,9 @@ def test_14_replays_two_models_per_release_process_and_records_each_cell(run_not
     """Notebook 14, small: Llama-3.3-70B and Qwen3-235B-A22B (NVFP4) on SGLang 0.5.9 and 0.5.16
     for SM12.0, both models in one process per release: on 0.5.9 each is blocked at FlashInfer's
     quantize JIT and fixed by the patch (the patch loaded for the first model never reaches the
-    second, which its fork keeps apart); on 0.5.16 each compiles as released. One decision record
-    per cell with its blocker's frame and graph-break code; a bad model name is refused first."""
+    second, which its fork keeps apart); on 0.5.16 each compiles as released, and its breakable
+    graphs (the release's default) capture and replay equal to eager. One decision record per
+    cell with its blocker's frame and graph-break code; a bad model name is refused first."""
     with pytest.raises(ValueError, match="models contains 'llama-70b'; allowed values: "):
         matrix.prepare(["llama-70b"], "0.5.9", ["12.0"])
     names = ["llama-3.3-70b-nvfp4", "qwen3-235b-a22b-nvfp4"]
@@ -187,12 +188,18 @@ def test_14_replays_two_models_per_release_process_and_records_each_cell(run_not
         assert (compiles["outcome"], compiles["equals_eager"], compiles["patch"]) == (
             "compiles", True, []), compiles["note"]  # fmt: skip
         assert "attention_backend" in blocked["standins"]
+        assert blocked["breakable"] == "not applicable", "0.5.9 has no breakable graphs"
+        assert (compiles["breakable"], compiles["breakable_evidence"]) == (
+            "works", ["simulated_capture"]), compiles["breakable_note"]  # fmt: skip
+        assert compiles["breakable_breaks"] == ["unified_attention_with_output"]
+    assert cells["llama-3.3-70b-nvfp4", "0.5.16"]["breakable_segments"] == 3, "2 layers, 2 breaks"
     assert cells["llama-3.3-70b-nvfp4", "0.5.9"]["architecture"] == "LlamaForCausalLM"
     [summary] = [r["values"] for r in found if r["kind"] == "summary"]
     assert summary["verdict"] == "PARTLY BLOCKED" and summary["number"].startswith(
         "2 of 4 reachable"
     )
     assert "llama-3.3-70b-nvfp4 SM12.0: 0.5.9 blocked" in summary["headline"]
+    assert "breakable graphs (simulated capture): 2 of 2 cells work" in summary["number"]
     assert (paths.figures_dir() / f"{matrix.NAME}.png").is_file()
 
 

@@ -248,7 +248,8 @@ def test_a_model_that_traced_then_failed_when_run_blames_no_compiler():
 def test_each_child_walks_glm5s_chain_and_every_models_patch_walk_once():
     """Notebook 11's child on the story's release and SM walks GLM-5's story chain and its patch
     walk, and the patch walk of a model alongside; elsewhere GLM-5's chain is the plain one;
-    notebook 14's asks patch walks only, a model asked twice walked once."""
+    notebook 14's asks patch walks only, a model asked twice walked once; where the release has
+    breakable graphs, every model's breakable walk too."""
     glm5, llama = models.named(pool.GLM5), models.named("llama-3.3-70b-nvfp4")
     story = pool.walks(versions.STORY_VERSION, versions.STORY_SM, [glm5], "chain", [llama])
     assert [(m.name, w) for m, w in story] == [
@@ -257,6 +258,10 @@ def test_each_child_walks_glm5s_chain_and_every_models_patch_walk_once():
     assert [w for _, w in other] == ["chain", "patch", "patch"]
     assert [(m.name, w) for m, w in pool.walks("0.5.16", "9.0", [llama, glm5], "patch", [])] == [
         (llama.name, "patch"), (glm5.name, "patch")]  # fmt: skip
+    captured = pool.walks("0.5.16", "9.0", [llama], "patch", [glm5], breakable=True)
+    assert [(m.name, w) for m, w in captured] == [
+        (llama.name, "patch"), (glm5.name, "patch"), (llama.name, "breakable"),
+        (glm5.name, "breakable")]  # fmt: skip
 
 
 def test_a_replay_is_its_patch_walk_with_the_chain_and_not_measured_if_the_chain_failed():

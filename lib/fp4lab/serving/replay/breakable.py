@@ -69,30 +69,18 @@ CAPTURE_STANDINS = [
 
 
 @dataclass
-class Flag:
-    """Something a real capture refuses, seen inside an open segment."""
-
-    what: str
-    bucket: int
-    segment: int
-    frame: str
-
-    def as_record(self) -> dict:
-        return {"what": self.what, "bucket": self.bucket, "segment": self.segment,
-                "frame": self.frame}  # fmt: skip
-
-
-@dataclass
 class Capture:
-    """What the segments saw: the open segment's bucket and index, and the flags."""
+    """What the segments saw: the open segment's bucket and index, and the flags (each what a
+    real capture refuses, where: its bucket, segment and the frame that asked)."""
 
     bucket: int = 0
     segment: int = 0
-    flags: list[Flag] = field(default_factory=list)
+    flags: list[dict] = field(default_factory=list)
 
     def flag(self, what: str) -> None:
         frame = _release_frame(traceback.extract_stack()[:-2])
-        self.flags.append(Flag(what, self.bucket, self.segment, frame))
+        self.flags.append({"what": what, "bucket": self.bucket, "segment": self.segment,
+                           "frame": frame})  # fmt: skip
 
 
 def _release_frame(stack: list[traceback.FrameSummary]) -> str:
@@ -132,7 +120,8 @@ def segment_class(capture: Capture) -> type:
             self.mode.__enter__()
 
         def capture_end(self) -> None:
-            assert self.mode is not None
+            if self.mode is None:
+                raise RuntimeError("capture_end without capture_begin")
             self.mode.__exit__(None, None, None)
             self.mode = None
 
@@ -264,7 +253,7 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
              "breaks": [_break_name(fn) for fn in graph._break_fns]}
             for key, graph in graphs.items()
         ]  # fmt: skip
-        found["flags"] = [f.as_record() for f in capture.flags]
+        found["flags"] = capture.flags
         if "blocked" not in found and graphs:
             generator = torch.Generator().manual_seed(1)
             keys = sorted(graphs, key=lambda k: k.size)[:COMPARED]

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from fp4lab.serving.replay import blame
+from fp4lab.serving.replay import blame, flags
 
 
 def capture_outcome(found: dict) -> tuple[str, str]:
@@ -54,3 +54,22 @@ def outcome(replay: dict) -> tuple[str, str]:
                                       f"({first['library']}: {first['evidence']}); the capture: "
                                       f"{result}, {why}")  # fmt: skip
     return result, why
+
+
+def fields(replay: dict) -> dict:
+    """A decision row's breakable columns from a replay's ``breakable_walk``: the outcome ("not
+    applicable" where the release has no breakable graphs), why, the flag a user passes, the
+    segments and breaks of the largest bucket, and the evidence."""
+    walk = replay.get("breakable_walk")
+    if walk is None:
+        return {"breakable": "not applicable", "breakable_note": "the release has no breakable "
+                "prefill graph backend", "breakable_flag": None, "breakable_segments": None,
+                "breakable_breaks": [], "breakable_evidence": []}  # fmt: skip
+    result, why = outcome(walk)
+    buckets = (walk.get("breakable") or {}).get("buckets") or []
+    largest = max(buckets, key=lambda b: b["bucket"], default=None)
+    return {"breakable": result, "breakable_note": why,
+            "breakable_flag": flags.read(walk, "breakable")["flag"],
+            "breakable_segments": largest["segments"] if largest else None,
+            "breakable_breaks": sorted(set(largest["breaks"])) if largest else [],
+            "breakable_evidence": ["simulated_capture"] if largest else []}  # fmt: skip

@@ -112,13 +112,6 @@ def breakable_lines(
     return result, lines
 
 
-def has_breakable(version: str) -> bool:
-    """Whether the release's installed files hold a breakable prefill graph backend."""
-    found = env.env_dir(version).glob("venv/lib/python*/site-packages/sglang/srt/model_executor/"
-                                      "runner_backend/breakable_cuda_graph_backend.py")  # fmt: skip
-    return any(found)
-
-
 def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
           progress: Callable[[str], object] = print, backend: str = "default") -> int:  # fmt: skip
     """Replay ``model`` on one release and SM through ``backend`` and print the answer; 0 when
@@ -127,10 +120,10 @@ def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
     if not built.ok:
         progress(f"error: sglang=={version}: {built.error}")
         return 1
-    if backend == "breakable" and not has_breakable(version):
+    if backend == "breakable" and not env.has_breakable(version):
         progress(f"SGLang {version} has no breakable prefill graph backend (none in its files)")
         return 1
-    if backend != "tc_piecewise" and has_breakable(version):
+    if backend != "tc_piecewise" and env.has_breakable(version):
         found = pool.replay_one(version, sm, model, walk="breakable")
         default = flags.read(found)
         if backend == "breakable" or default["default_prefill"] == "breakable":

@@ -96,6 +96,13 @@ def env_dir(version: str) -> Path:
     return paths.build_dir() / "sglang-compile" / version
 
 
+def has_breakable(version: str) -> bool:
+    """Whether the release's installed files hold a breakable prefill graph backend."""
+    found = env_dir(version).glob("venv/lib/python*/site-packages/sglang/srt/model_executor/"
+                                  "runner_backend/breakable_cuda_graph_backend.py")  # fmt: skip
+    return any(found)
+
+
 PINNED = ("torch", "flashinfer-python", *standins.KERNEL_PACKAGES, "transformers")
 """The pins every record shows."""
 

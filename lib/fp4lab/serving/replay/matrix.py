@@ -11,11 +11,12 @@ graph-break codes, the kernels that stood in for it, and when it was replayed if
 
 from __future__ import annotations
 
+import collections
 from collections.abc import Callable
 
 from fp4lab.core import evidence, records
 from fp4lab.core.progress import say
-from fp4lab.serving.replay import decide, models, pool, timeline, versions
+from fp4lab.serving.replay import breakable_outcome, decide, models, pool, timeline, versions
 
 NAME = "14_fp4_model_matrix"
 
@@ -37,6 +38,7 @@ def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[di
             "blocker_frames": decide.blocker_frames(replay),
             "standins": sorted({s["name"] for s in replay.get("standins", [])}),
             "standins_reached": replay.get("standins_reached", []),
+            **breakable_outcome.fields(replay),
             "kept": replay.get("kept")}  # fmt: skip
 
 
@@ -85,7 +87,7 @@ def counts(rows: list[dict]) -> dict[str, int]:
 
 def decision(rows: list[dict]) -> dict:
     """The report's verdict over the matrix: per model, the cells that compile as released, and
-    those blocked; never more than the traced cells say."""
+    those blocked; never more than the traced cells say; and the breakable cells' outcomes."""
     reachable = [r for r in rows if r["outcome"] in decide.MEASURED]
     blocked = [r for r in reachable if r["outcome"] == "blocked"]
     works = [r for r in reachable if r["outcome"] == "compiles"]
@@ -103,7 +105,13 @@ def decision(rows: list[dict]) -> dict:
         + (f", {wrong} wrong output" if wrong else "")
         + (f", {missing} kernel unavailable" if missing else "")
     )
-    return {"verdict": verdict, "number": number, "why": per}
+    captured = [r for r in rows if r.get("breakable") not in (None, "not applicable")]
+    tally = collections.Counter(r["breakable"] for r in captured)
+    if captured:  # the releases' breakable graphs, captured by their own runner (simulated)
+        number += (f"; breakable graphs (simulated capture): {tally['works']} of {len(captured)} "
+                   f"cells work, " + ", ".join(f"{n} {o}" for o, n in tally.items() if o != "works"))  # fmt: skip
+    return {"verdict": verdict, "number": number.rstrip(", "), "why": per,
+            "breakable": dict(tally)}  # fmt: skip
 
 
 def verdict(rows: list[dict]) -> str:

@@ -16,6 +16,7 @@ from pathlib import Path
 
 from fp4lab.core import evidence, params, records
 from fp4lab.serving.replay import (
+    breakable_outcome,
     decide,
     env,
     models,
@@ -87,7 +88,8 @@ def record_version(rec: records.Recorder, run: VersionRun) -> list[dict]:
                            "what_ran": "the release's GlmMoeDsaForCausalLM through "
                            + entry.split(".model_runner.")[-1], **replay},
                 target=_target(sm))  # fmt: skip
-        rows.append(decide.cell(run.version, sm, replay, run.calls))
+        rows.append({**decide.cell(run.version, sm, replay, run.calls),
+                     **breakable_outcome.fields(replay)})  # fmt: skip
     return rows
 
 

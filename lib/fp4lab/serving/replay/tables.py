@@ -23,14 +23,15 @@ def patch_text(row: dict) -> str:
 
 
 def table(rows: list[dict]) -> object:
-    """The decision per release and SM, eight short columns, every row, no index: what the
-    release gives with no flag, the flag that reaches tc_piecewise, the outcome, its first
-    blocker, what the patch gave, and why in a few words."""
+    """The decision per release and SM, nine short columns, every row, no index: what the
+    release gives with no flag, the flag that reaches tc_piecewise, its outcome, breakable's
+    (captured and replayed), tc_piecewise's first blocker, what the patch gave, and why."""
     import pandas as pd
 
     return page.table(pd.DataFrame([
         {"release": r["sglang_version"], "SM": r["sm"], "with no flag": r.get("default_prefill") or "",
-         "flag for tc_piecewise": r["flag"], "outcome": r["outcome"],
+         "flag for tc_piecewise": r["flag"], "tc_piecewise": r["outcome"],
+         "breakable": r.get("breakable") or "",
          "first blocker": timeline.state(r).removeprefix("blocked at ") if r["outcome"] == "blocked" else "",
          "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
         for r in rows
@@ -145,12 +146,14 @@ def calls_table(notebook: str) -> object:
 
 def matrix_table(rows: list[dict]) -> object:
     """Notebook 14's cells, every row, no index: model, release, SM, the flag for tc_piecewise,
-    outcome, the blockers with dynamo's graph-break codes, what the patch gave, why."""
+    its outcome, the breakable outcome (captured and replayed), the blockers with dynamo's
+    graph-break codes, what the patch gave, why."""
     import pandas as pd
 
     return page.table(pd.DataFrame([
         {"model": r["model"], "release": r["sglang_version"], "SM": r["sm"],
-         "flag for tc_piecewise": r["flag"], "outcome": r["outcome"],
+         "flag for tc_piecewise": r["flag"], "tc_piecewise": r["outcome"],
+         "breakable": r.get("breakable") or "",
          "blockers": "; ".join(map(decide.blocker_text, r["blocker_frames"])),
          "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
         for r in rows
