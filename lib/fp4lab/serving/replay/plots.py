@@ -75,6 +75,21 @@ MARKS = {"compiles": "ok", "wrong output": "W", "kernel unavailable": "K", "not 
 """What a grid cell of each outcome but "blocked" says (a blocked cell names its blocker)."""
 
 
+BREAKABLE_AS = {"works": "compiles"}
+"""A breakable cell's outcome as the colours and marks name it (works: the compiles colour)."""
+
+
+def captured(rows: list[dict]) -> bool:
+    """Whether any row has a breakable outcome of its own (the release has breakable graphs)."""
+    return any(r.get("breakable") not in (None, "not applicable") for r in rows)
+
+
+def breakable_mark(row: dict) -> tuple[str, str]:
+    """A breakable cell's colour and mark: its outcome's ("b" where blocked)."""
+    said = BREAKABLE_AS.get(row.get("breakable") or "", row.get("breakable") or "not measured")
+    return COLOURS.get(said, "#cccccc"), "b" if said == "blocked" else MARKS.get(said, "?")
+
+
 def blocker_codes(rows: list[dict]) -> dict[str, str]:
     """Each first blocker of the blocked cells, in release order, with a letter."""
     found = sorted((r for r in rows if r["outcome"] == "blocked"),
@@ -84,28 +99,36 @@ def blocker_codes(rows: list[dict]) -> dict[str, str]:
 
 
 def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
-    """The answer at a glance: SMs down, releases across (release order); each cell coloured by
-    the tc_piecewise outcome, a blocked cell lettered by its first blocker (the legend names
-    each), and under it the prefill graph the release gives with no flag."""
+    """The answer at a glance: SMs down, releases across (release order); per SM a lane coloured
+    by the tc_piecewise outcome, a blocked cell lettered by its first blocker (the legend names
+    each), and under it the prefill graph the release gives with no flag; where any release has
+    breakable graphs, a second lane per SM with their outcome."""
     import matplotlib.pyplot as plt
 
     version_list = sorted(dict.fromkeys(r["sglang_version"] for r in rows), key=versions.order)
     sm_list = sorted({r["sm"] for r in rows}, key=lambda s: float(s))
+    lanes = [(sm, graph) for sm in sm_list
+             for graph in ("tc_piecewise", "breakable")[: 2 if captured(rows) else 1]]  # fmt: skip
     codes = blocker_codes(rows)
-    fig, ax = plt.subplots(figsize=(0.55 * len(version_list) + 1.4, 0.62 * len(sm_list) + 2.6))
+    fig, ax = plt.subplots(figsize=(0.55 * len(version_list) + 1.4, 0.62 * len(lanes) + 2.6))
     for r in rows:
-        x, y = version_list.index(r["sglang_version"]), sm_list.index(r["sm"])
+        x, y = version_list.index(r["sglang_version"]), lanes.index((r["sm"], "tc_piecewise"))
         ax.add_patch(plt.Rectangle((x, y), 0.94, 0.9, color=COLOURS.get(r["outcome"], "#cccccc")))
         mark = (codes[timeline.state(r).removeprefix("blocked at ")] if r["outcome"] == "blocked"
                 else MARKS.get(r["outcome"], "?"))  # fmt: skip
         ax.text(x + 0.47, y + 0.34, mark, ha="center", va="center", fontsize=8, weight="bold")
         given = GRAPH_SHORT.get(r.get("default_prefill") or "", "")
         ax.text(x + 0.47, y + 0.72, given, ha="center", va="center", fontsize=5.5)
+        if (r["sm"], "breakable") in lanes:
+            colour, mark = breakable_mark(r)
+            ax.add_patch(plt.Rectangle((x, y + 1), 0.94, 0.9, color=colour))
+            ax.text(x + 0.47, y + 1.45, mark, ha="center", va="center", fontsize=8, weight="bold")
     ax.set_xlim(0, len(version_list))
-    ax.set_ylim(len(sm_list), 0)
+    ax.set_ylim(len(lanes), 0)
     ax.set_xticks([i + 0.47 for i in range(len(version_list))], version_list, rotation=90,
                   fontsize=7)  # fmt: skip
-    ax.set_yticks([i + 0.45 for i in range(len(sm_list))], [f"SM{s}" for s in sm_list], fontsize=8)
+    ax.set_yticks([i + 0.45 for i in range(len(lanes))],
+                  [f"SM{sm} {GRAPH_SHORT[graph]}" for sm, graph in lanes], fontsize=8)  # fmt: skip
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
@@ -114,10 +137,12 @@ def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
                for name, c in codes.items()]  # fmt: skip
     fig.legend(handles=outcomes + letters, loc="lower left", bbox_to_anchor=(0.02, 0.0),
                ncol=2, fontsize=6.5, frameon=False)  # fmt: skip
-    ax.set_title(f"{model} through tc_piecewise prefill graphs, per release and SM (CPU replay); "
-                 "small text: the prefill graph the release gives with no flag "
-                 f"({', '.join(f'{v} = {k}' for k, v in GRAPH_SHORT.items())})", fontsize=7.5)  # fmt: skip
-    fig.subplots_adjust(left=0.06, right=0.99, top=0.88, bottom=0.5)
+    ax.set_title(f"{model} through tc_piecewise (tc: traced) and breakable (brk: capture simulated, "
+                 "b: blocked) prefill graphs, per release and SM (CPU replay); small text: the "
+                 "prefill graph the release gives with no flag "
+                 f"({', '.join(f'{v} = {k}' for k, v in GRAPH_SHORT.items())})", fontsize=7.5,
+                 wrap=True)  # fmt: skip
+    fig.subplots_adjust(left=0.1, right=0.99, top=0.86, bottom=0.45)
     return fig
 
 
@@ -133,32 +158,44 @@ def save_grid_figure(rows: list[dict], notebook: str) -> Path:
 
 
 def plot_matrix(rows: list[dict]) -> object:
-    """One panel per SM: models down, releases across (release order), each cell coloured by
+    """One panel per SM: models down (a tc_piecewise lane each and, where any release has
+    breakable graphs, a breakable lane), releases across (release order), each cell coloured by
     outcome; "p" where fp4lab's patch makes a blocked cell compile."""
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["model"] for r in rows))
+    lanes = [(n, graph) for n in names
+             for graph in ("tc_piecewise", "breakable")[: 2 if captured(rows) else 1]]  # fmt: skip
     version_list = sorted(dict.fromkeys(r["sglang_version"] for r in rows), key=versions.order)
     sm_list = sorted({r["sm"] for r in rows}, key=lambda s: float(s))
     fig, axes = plt.subplots(len(sm_list), 1, squeeze=False,
-                             figsize=(0.5 * len(version_list) + 3, 0.45 * len(names) * len(sm_list) + 2))  # fmt: skip
+                             figsize=(0.5 * len(version_list) + 3, 0.45 * len(lanes) * len(sm_list) + 2))  # fmt: skip
     for ax, sm in zip(axes[:, 0], sm_list, strict=True):
         for r in (r for r in rows if r["sm"] == sm):
-            x, y = version_list.index(r["sglang_version"]), names.index(r["model"])
+            x, y = (
+                version_list.index(r["sglang_version"]),
+                lanes.index((r["model"], "tc_piecewise")),
+            )
             ax.add_patch(plt.Rectangle((x, y), 0.95, 0.9, color=COLOURS.get(r["outcome"], "#ccc")))
             if r["outcome"] == "blocked" and r["compiles_with_patch"]:
                 ax.text(x + 0.47, y + 0.45, "p", ha="center", va="center", fontsize=7)
+            if (r["model"], "breakable") in lanes:
+                colour, mark = breakable_mark(r)
+                ax.add_patch(plt.Rectangle((x, y + 1), 0.95, 0.9, color=colour))
+                ax.text(x + 0.47, y + 1.45, mark, ha="center", va="center", fontsize=6)
         ax.set_xlim(0, len(version_list))
-        ax.set_ylim(len(names), 0)
+        ax.set_ylim(len(lanes), 0)
         ax.set_xticks([i + 0.47 for i in range(len(version_list))], version_list, rotation=90,
                       fontsize=6)  # fmt: skip
-        ax.set_yticks([i + 0.45 for i in range(len(names))], names, fontsize=7)
+        ax.set_yticks([i + 0.45 for i in range(len(lanes))],
+                      [f"{n} {GRAPH_SHORT[graph]}" for n, graph in lanes], fontsize=7)  # fmt: skip
         ax.set_title(f"SM{sm} (simulated)", fontsize=8)
     axes[-1, 0].legend(
         handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=o) for o, c in COLOURS.items()],
         loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize=7, frameon=False)  # fmt: skip
-    fig.suptitle("Each FP4 model's own SGLang class through each release's piecewise runner "
-                 "(p: fp4lab's patch makes it compile)", fontsize=9)  # fmt: skip
+    fig.suptitle("Each FP4 model's own SGLang class through each release's prefill graph runner: "
+                 "tc_piecewise traced (p: fp4lab's patch makes it compile), breakable captured "
+                 "(simulated)", fontsize=9)  # fmt: skip
     fig.tight_layout()
     return fig
 
