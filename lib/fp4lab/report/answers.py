@@ -69,14 +69,21 @@ def _per_sm(header: list[str], cells: object) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _breakable(line: dict) -> str:
+    """The breakable runs of one SM's timeline, each outcome with its release ranges."""
+    found = line.get("breakable_runs") or []
+    return "; ".join(f"{o}: {_where(found, o)}" for o in dict.fromkeys(r["outcome"] for r in found))
+
+
 def per_sm() -> str:
-    """GLM-5 per SM: where tc_piecewise compiles, is blocked, reaches a kernel the SM lacks, and
-    what to run."""
+    """GLM-5 per SM: where tc_piecewise compiles, is blocked, reaches a kernel the SM lacks, the
+    breakable graphs' outcomes, and what to run."""
     return _per_sm(
-        ["tc_piecewise compiles in", "blocked in", "a kernel the SM lacks in", "what to run"],
+        ["tc_piecewise compiles in", "blocked in", "a kernel the SM lacks in",
+         "breakable (simulated capture)", "what to run"],
         lambda line: [_where(line["runs"], o) or "none"
                       for o in ("compiles", "blocked", "kernel unavailable")]
-        + [line["recommendation"]],
+        + [_breakable(line) or "not measured", line["recommendation"]],
     )  # fmt: skip
 
 
@@ -94,14 +101,15 @@ def per_model() -> str:
     if not timelines:
         return ""
     lines = ["| model | SM | tc_piecewise compiles in | blocked in | a kernel the SM lacks in | "
-             "not measured in |", "|---|---|---|---|---|---|"]  # fmt: skip
+             "not measured in | breakable (simulated capture) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
     for name, sms in timelines.items():
         for sm in sorted(sms, key=float):
             runs = sms[sm]["runs"]
             cells = [name, f"SM{sm}", _where(runs, "compiles") or "none",
                      _where(runs, "blocked") or "none",
                      _where(runs, "kernel unavailable") or "none",
-                     _where(runs, "not measured") or "none"]  # fmt: skip
+                     _where(runs, "not measured") or "none",
+                     _breakable(sms[sm]) or "not measured"]  # fmt: skip
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

@@ -52,6 +52,20 @@ def runs(rows: list[dict], sm: str) -> list[dict]:
     return grouped
 
 
+def breakable_runs(rows: list[dict], sm: str) -> list[dict]:
+    """The releases of ``sm`` with breakable graphs, in release order, in runs of one breakable
+    outcome (``breakable_outcome.fields``)."""
+    grouped: list[dict] = []
+    for row in sorted((r for r in rows if r["sm"] == sm and r.get("breakable") not in
+                       (None, "not applicable")), key=lambda r: versions.order(r["sglang_version"])):  # fmt: skip
+        if grouped and grouped[-1]["outcome"] == row["breakable"]:
+            grouped[-1]["to"] = row["sglang_version"]
+        else:
+            grouped.append({"from": row["sglang_version"], "to": row["sglang_version"],
+                            "outcome": row["breakable"]})  # fmt: skip
+    return grouped
+
+
 def defaults(rows: list[dict], sm: str) -> list[dict]:
     """The releases of ``sm`` in release order, grouped into runs of one default prefill graph
     (what the release resolves with no flag; None where its resolution was not recorded)."""
@@ -126,10 +140,29 @@ def kernels(row: dict | None) -> str:
     return "; ".join(p for p in parts if p)
 
 
+def breakable_recommendation(rows: list[dict], sm: str) -> str | None:
+    """The newest release whose breakable graphs work for the model on ``sm`` (captured and
+    replayed equal to eager, simulated), with its flag; None where none does."""
+    works = [r for r in rows if r["sm"] == sm and r.get("breakable") == "works"]
+    if not works:
+        return None
+    r = max(works, key=lambda r: versions.order(r["sglang_version"]))
+    flag = "no flag" if r["breakable_flag"] in ("none needed", None) else f"`{r['breakable_flag']}`"
+    return (f"SGLang {r['sglang_version']} with {flag} (breakable graphs: captured and replayed "
+            f"equal to eager in a simulated capture)")  # fmt: skip
+
+
 def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
-    """What the model's user on ``sm`` should run for torch.compile piecewise graphs: the newest
-    release in which it compiles as released, with its flag; else the newest release whose
-    blockers fp4lab's patch removes (compiles, equals eager); else that none is known."""
+    """What the model's user on ``sm`` should run: the newest release whose breakable graphs
+    work, where one does; then for torch.compile piecewise graphs the newest release in which it
+    compiles as released, with its flag; else the newest release whose blockers fp4lab's patch
+    removes (compiles, equals eager); else that none is known."""
+    captured = breakable_recommendation(rows, sm)
+    traced = _traced_recommendation(rows, sm, model)
+    return f"breakable: {captured}; tc_piecewise: {traced}" if captured else traced
+
+
+def _traced_recommendation(rows: list[dict], sm: str, model: str) -> str:
     r = recommended(rows, sm)
     if r is not None and r["outcome"] == "compiles":
         flag = "no flag" if r["flag"] == "none needed" else f"`{r['flag']}`"
@@ -175,9 +208,11 @@ def text(rows: list[dict]) -> str:
 
 
 def timeline(rows: list[dict], model: str = "GLM-5") -> dict:
-    """Per SM: its runs, turning points, recommendation and sentence, for the records."""
+    """Per SM: its runs, turning points, breakable runs, recommendation and sentence, for the
+    records."""
     return {
         sm: {"runs": runs(rows, sm), "defaults": defaults(rows, sm), **turning_points(rows, sm),
+             "breakable_runs": breakable_runs(rows, sm),
              "kernels": kernels(recommended(rows, sm) or newest_measured(rows, sm)),
              "recommendation": recommendation(rows, sm, model),
              "sentence": sentence(rows, sm, model)}
