@@ -47,6 +47,19 @@ def test_glm5_on_0_5_16_is_switched_off_by_default_and_asked_for_reaches_a_kerne
 
 
 @pytest.mark.environments
+def test_full_graphs_are_captured_by_the_release_and_a_question_to_the_stand_in_is_not_measured():
+    """The full backend's runner asks the attention backend whether it supports chunked-prefix
+    full graphs; fp4lab's stand-in cannot answer for the real one: not measured, not blocked."""
+    lines: list[str] = []
+    model = models.named("llama-3.3-70b-nvfp4")
+    assert check.check(model, VERSION, SM, None, progress=lines.append, backend="full") == 1
+    text = "\n".join(lines)
+    assert "through full in SGLang" in text and ": NOT MEASURED" in text, text
+    assert "the release asked fp4lab's attention stand-in" in text, text
+    assert "--cuda-graph-backend-prefill full resolves full" in text, text
+
+
+@pytest.mark.environments
 @pytest.mark.parametrize(
     ("fault", "outcome", "said"),
     [
@@ -70,3 +83,11 @@ def test_a_planted_fault_is_seen_and_the_same_capture_without_it_works(fault, ou
     assert breakable_outcome.capture_outcome(found["none"])[0] == "works"
     result, why = breakable_outcome.capture_outcome(found[fault])
     assert result == outcome and said in why, why
+
+
+def test_a_backend_not_offered_is_refused_by_name_before_anything_runs(capsys):
+    said = check.main(["--config", "models/llama-3.3-70b-nvfp4", "--sglang", VERSION, "--sm", SM,
+                       "--backend", "piecewise"])  # fmt: skip
+    assert said == 2
+    err = capsys.readouterr().err
+    assert "--backend" in err and "default, breakable, full, tc_piecewise" in err, err

@@ -1,20 +1,19 @@
-"""Inside one SGLang environment: the release's breakable prefill CUDA graphs (0.5.15 on),
-captured by its own runner and replayed.
+"""Inside one SGLang environment: the release's breakable (0.5.15 on) or full prefill CUDA
+graphs, captured by its own runner and replayed.
 
 ``drive`` calls the release's ``ModelRunner.init_cuda_graphs(capture_decode_cuda_graph=False)``
-on the model's runner host, its resolution set to ``breakable``: ``PrefillCudaGraphRunner`` runs
-its own warm-up, ``graph_capture``, ``BreakableCudaGraphBackend.capture_session`` and, per token
-bucket, largest first, ``capture_one_shape`` (two eager warm-ups, then
-``BreakableCUDAGraphCapture``: each segment a ``torch.cuda.CUDAGraph`` whose
-``capture_begin``/``capture_end`` the recorder stands in for, each ``eager_on_graph`` break run
-once and kept for replay). What stands in is only the capture's boundary (``CAPTURE_STANDINS``):
-a segment records the operators it dispatches, with their tensors, and replays them in place.
+on the model's runner host, its resolution set to the graph: ``PrefillCudaGraphRunner`` runs its
+own warm-up, ``graph_capture``, its backend's ``capture_session`` and, per token bucket, largest
+first, ``capture_one_shape`` (two eager warm-ups, then the capture: ``BreakableCudaGraphBackend``
+opens a ``torch.cuda.CUDAGraph`` segment after each ``eager_on_graph`` break, which it runs once
+and keeps for replay; ``FullCudaGraphBackend`` captures the whole body in ``torch.cuda.graph``).
+What stands in is only the capture's boundary (``CAPTURE_STANDINS``): a segment records the
+operators it dispatches, with their tensors, and replays them in place.
 
 Then, per compared bucket, the runner's static input ids get fresh values, the captured forward
 runs eagerly and the backend's own ``replay`` (segments and breaks in order) runs in the runner's
 forward context; the two outputs are compared. Inside an open segment the recorder flags what a
-real capture refuses: a host sync (``HOST_SYNCS``, ``torch.cuda.synchronize``).
-"""
+real capture refuses: a host sync (``HOST_SYNCS``, ``torch.cuda.synchronize``)."""
 
 from __future__ import annotations
 
@@ -22,7 +21,6 @@ import contextlib
 import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -30,10 +28,14 @@ import torch
 from fp4lab.compile import frames, target
 from fp4lab.compile.audit import simulation
 from fp4lab.serving.capture import recorder
-from fp4lab.serving.replay import availability, inside, kernels, model, models, reached, reworked
-from fp4lab.serving.replay.failed import build_failed, failure
+from fp4lab.serving.replay import inside, kernels, reworked
+from fp4lab.serving.replay.failed import failure
 
-BACKEND = "sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend"
+BACKENDS = {"breakable": ("sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend",
+                         "BreakableCudaGraphBackend"),
+            "full": ("sglang.srt.model_executor.runner_backend.full_cuda_graph_backend",
+                     "FullCudaGraphBackend")}  # fmt: skip
+"""Each prefill graph captured here: the module and class of the release's backend for it."""
 GRAPH = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"
 
 HOST_SYNCS = {torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero}
@@ -75,6 +77,7 @@ class Capture:
 
     bucket: int = 0
     segment: int = 0
+    open: bool = False
     flags: list[dict] = field(default_factory=list)
 
     def flag(self, what: str) -> None:
@@ -115,7 +118,7 @@ def segment_class(capture: Capture) -> type:
             self.mode: _Watching | None = None
 
         def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
-            capture.segment += 1
+            capture.segment, capture.open = capture.segment + 1, True
             self.mode = _Watching(self, capture)
             self.mode.__enter__()
 
@@ -123,12 +126,36 @@ def segment_class(capture: Capture) -> type:
             if self.mode is None:
                 raise RuntimeError("capture_end without capture_begin")
             self.mode.__exit__(None, None, None)
-            self.mode = None
+            self.mode, capture.open = None, False
 
         def instantiate(self) -> None:
             return None
 
     return Segment
+
+
+def whole_class(capture: Capture) -> type:
+    """``torch.cuda.graph`` for the full capture: the whole block one recorded graph."""
+
+    class Whole(recorder.graph):
+        def __init__(
+            self, cuda_graph: Any, pool: Any = None, stream: Any = None, **kwargs: Any
+        ) -> None:
+            self.mode = _Watching(cuda_graph, capture)
+
+        def __enter__(self) -> None:
+            capture.segment, capture.open = capture.segment + 1, True
+            self.mode.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            self.mode.__exit__(*exc)
+            capture.open = False
+
+    return Whole
+
+
+STAND_IN = "StandInAttentionBackend"
+"""The stand-in attention backend's class name, as the release's messages name it."""
 
 
 def _attention_defaults(host: Any) -> None:
@@ -137,7 +164,7 @@ def _attention_defaults(host: Any) -> None:
     ours = type(host.attn_backend)
     if base is not None and not issubclass(ours, base):
         host.attn_backend.__class__ = type(
-            ours.__name__, (ours, base), {"__abstractmethods__": frozenset()}
+            STAND_IN, (ours, base), {"__abstractmethods__": frozenset()}
         )
 
 
@@ -150,29 +177,30 @@ class Captured:
 
 
 @contextlib.contextmanager
-def _boundary(sm: tuple[int, int], capture: Capture, kept: Captured) -> Iterator[None]:
+def _boundary(sm: tuple[int, int], capture: Capture, captured: Captured) -> Iterator[None]:
     """The capture's boundary stood in for (``CAPTURE_STANDINS``), each bucket's forward and
     batch kept, the synchronize calls inside an open segment flagged."""
-    backend = kernels.attribute(BACKEND, "BreakableCudaGraphBackend")
+    backends = [kernels.attribute(*where) for where in BACKENDS.values()]
     runner_class = kernels.attribute(reworked.RUNNER, "PrefillCudaGraphRunner")
     graph_module = __import__(GRAPH, fromlist=["_is_stream_capturing"])
-    capture_one, prepare = backend.capture_one, runner_class.capture_prepare
-    synchronize = torch.cuda.synchronize
+    prepare, synchronize = runner_class.capture_prepare, torch.cuda.synchronize
 
-    def kept_capture_one(
-        self: Any, shape_key: Any, forward_fn: Any, *args: Any, **kwargs: Any
-    ) -> Any:
-        kept.forwards[shape_key] = forward_fn
-        capture.bucket, capture.segment = shape_key.size, 0
-        return capture_one(self, shape_key, forward_fn, *args, **kwargs)
+    def kept(capture_one: Any) -> Any:
+        def kept_capture_one(self: Any, shape_key: Any, forward_fn: Any, *args: Any,
+                             **kwargs: Any) -> Any:  # fmt: skip
+            captured.forwards[shape_key] = forward_fn
+            capture.bucket, capture.segment = shape_key.size, 0
+            return capture_one(self, shape_key, forward_fn, *args, **kwargs)
+
+        return kept_capture_one
 
     def kept_prepare(self: Any, num_tokens: int) -> Any:
         found = prepare(self, num_tokens)
-        kept.batches[num_tokens] = found[0]
+        captured.batches[num_tokens] = found[0]
         return found
 
     def watched_synchronize(*args: Any, **kwargs: Any) -> Any:
-        if graph_module._current_capture_var.get() is not None:
+        if capture.open:
             capture.flag("host sync torch.cuda.synchronize")
         return synchronize(*args, **kwargs)
 
@@ -191,7 +219,10 @@ def _boundary(sm: tuple[int, int], capture: Capture, kept: Captured) -> Iterator
         )
         stack.enter_context(target.attribute_replaced(graph_module, "_is_stream_capturing",
                                                       lambda stream: False))  # fmt: skip
-        stack.enter_context(target.attribute_replaced(backend, "capture_one", kept_capture_one))
+        stack.enter_context(target.attribute_replaced(torch.cuda, "graph", whole_class(capture)))
+        for backend in filter(None, backends):
+            stack.enter_context(target.attribute_replaced(backend, "capture_one",
+                                                          kept(backend.capture_one)))  # fmt: skip
         stack.enter_context(
             target.attribute_replaced(runner_class, "capture_prepare", kept_prepare)
         )
@@ -229,15 +260,15 @@ def _compare(runner: Any, kept: Captured, key: Any, generator: torch.Generator) 
 
 
 def drive(host: Any, sm: tuple[int, int]) -> dict:
-    """The release's breakable capture of every bucket, then ``COMPARED`` replays against eager;
+    """The release's capture of every bucket, then ``COMPARED`` replays against eager;
     never raises for what the release does (a failure is the record's ``blocked``)."""
-    capture, kept = Capture(), Captured()
+    capture, captured = Capture(), Captured()
     _attention_defaults(host)
     host.token_to_kv_pool_allocator, host.page_size = None, host.server_args.page_size
     if hasattr(host, "init_kv_index_translator"):  # 0.5.2x
         host.init_kv_index_translator()
     found: dict[str, Any] = {"standins": CAPTURE_STANDINS}
-    with torch.no_grad(), _boundary(sm, capture, kept):
+    with torch.no_grad(), _boundary(sm, capture, captured):
         try:
             host.init_cuda_graphs(capture_decode_cuda_graph=False)
         except Exception as exc:  # the release's capture failed: what is measured
@@ -247,45 +278,15 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
         runner = getattr(host, "prefill_cuda_graph_runner", None)
         graphs = getattr(getattr(runner, "backend", None), "_graphs", {})
         found["backend"] = type(getattr(runner, "backend", None)).__name__
-        found["buckets"] = [
-            {"bucket": key.size, "segments": len(graph._segments),
-             "ops_per_segment": [len(s.ops) for s in graph._segments],
-             "breaks": [_break_name(fn) for fn in graph._break_fns]}
+        found["buckets"] = [  # a full graph is one segment with no breaks
+            {"bucket": key.size, "segments": len(getattr(graph, "_segments", [graph])),
+             "ops_per_segment": [len(s.ops) for s in getattr(graph, "_segments", [graph])],
+             "breaks": [_break_name(fn) for fn in getattr(graph, "_break_fns", [])]}
             for key, graph in graphs.items()
         ]  # fmt: skip
         found["flags"] = capture.flags
         if "blocked" not in found and graphs:
             generator = torch.Generator().manual_seed(1)
             keys = sorted(graphs, key=lambda k: k.size)[:COMPARED]
-            found["replays"] = [_compare(runner, kept, key, generator) for key in keys]
-    return found
-
-
-def walk(release: model.Release, checkpoint: Path, found: dict, refused: Path) -> dict:
-    """The model built with the flags that reach breakable graphs (none reach them: not driven),
-    its capture and replays (``drive``) with the kernels and stand-ins they reached; fp4lab's own
-    failure is ``harness_error``, never a verdict."""
-    flags = found["resolution"]["graphs"]["breakable"]["flags"]
-    if flags is None:
-        return found | {"not_driven": "no option reaches breakable"}
-    given = models.read(checkpoint)
-    try:
-        built = model.build(release, checkpoint, model.command_line(given, flags))
-    except Exception as exc:  # recorded: the exact obstacle on this machine
-        return found | build_failed(exc, given.architecture)
-    found |= {"facts": built.facts, "build_seconds": round(built.seconds, 1)}
-    try:
-        found["breakable"] = drive(built.host, release.sm)
-    except Exception as exc:  # fp4lab's drive failed: not measured, never a verdict
-        found["harness_error"] = failure(exc)
-    found["standins"] = [*built.standins, *CAPTURE_STANDINS]
-    found["jit_builds_refused"] = kernels.refused_builds(refused)
-    found["kernels_reached"] = dict(sorted(reached.REACHED.items()))
-    found["standins_reached"] = reached.names(found["standins"])
-    try:
-        found["kernel_availability"] = availability.check(
-            reached.REACHED, vars(built.server_args), release.sm
-        )
-    except Exception as exc:  # fp4lab's reading failed: the kernels' availability is unknown
-        found["kernel_availability_error"] = failure(exc)
+            found["replays"] = [_compare(runner, captured, key, generator) for key in keys]
     return found

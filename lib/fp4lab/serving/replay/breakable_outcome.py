@@ -1,13 +1,18 @@
-"""On the notebook's side: a breakable replay's outcome (``breakable.drive``'s record)."""
+"""On the notebook's side: a captured prefill graph's outcome (``breakable.drive``'s record)."""
 
 from __future__ import annotations
 
 from fp4lab.serving.replay import blame, flags
 
+STAND_IN = "StandInAttentionBackend"
+"""The stand-in attention backend's class name (``breakable.STAND_IN``, inside the release's
+environment), as the release's own messages name it."""
+
 
 def capture_outcome(found: dict) -> tuple[str, str]:
     """The breakable cell's outcome and why: ``blocked`` (the capture raised, other than at this
-    machine's edge, ``blame.MACHINE_ONLY``; or a flag a real capture refuses), ``wrong output``
+    machine's edge, ``blame.MACHINE_ONLY``, or at a question to fp4lab's attention stand-in; or a
+    flag a real capture refuses), ``wrong output``
     (a replay differs from eager or left its output as captured), ``works``; ``not measured``
     where nothing was captured or compared."""
     stop = found.get("blocked")
@@ -15,6 +20,8 @@ def capture_outcome(found: dict) -> tuple[str, str]:
         where = f"{stop['error']} [at {stop.get('release_frame') or stop['frames'][-1]}]"
         if blame.machine_only(stop):
             return "not measured", f"this machine has no CUDA driver for a Triton launch: {where}"
+        if STAND_IN in stop["error"]:
+            return "not measured", f"the release asked fp4lab's attention stand-in: {where}"
         return "blocked", where
     if found.get("flags"):
         first = found["flags"][0]
@@ -36,11 +43,11 @@ def capture_outcome(found: dict) -> tuple[str, str]:
 MEASURED = ("works", "blocked", "wrong output")
 
 
-def outcome(replay: dict) -> tuple[str, str]:
-    """A breakable walk's outcome (``capture_outcome`` of its ``breakable`` record), "kernel
-    unavailable" ahead of any measured one where it reached a kernel its SM lacks (the installed
-    package's evidence, ``availability``); "not measured" where the walk did not run."""
-    found = replay.get("breakable")
+def outcome(replay: dict, graph: str = "breakable") -> tuple[str, str]:
+    """A captured walk's outcome (``capture_outcome`` of its ``graph`` record: breakable or full),
+    "kernel unavailable" ahead of any measured one where it reached a kernel its SM lacks (the
+    installed package's evidence, ``availability``); "not measured" where the walk did not run."""
+    found = replay.get(graph)
     if found is None:
         failed = replay.get("harness_error") or replay.get("error") or {}
         return "not measured", replay.get("not_driven") or (

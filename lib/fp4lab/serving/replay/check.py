@@ -1,12 +1,12 @@
 """Any FP4 model before launch: its config through one release's prefill graph runner on one SM.
 
     python -m fp4lab.serving.replay check --config PATH --sglang 0.5.21 --sm 12.0 \
-        [--backend default|breakable|tc_piecewise] [--trace-dir DIR]
+        [--backend default|breakable|full|tc_piecewise] [--trace-dir DIR]
 
 ``--backend default`` (the default) answers for the prefill graph the release resolves for the
-model with no flag where the release has breakable graphs (0.5.15 on, read from its files):
-captured by the release's own runner and replayed (``breakable``); any other default is answered
-through tc_piecewise (below), as ``--backend tc_piecewise`` is; ``full`` is not driven yet.
+model with no flag where the release has breakable graphs (0.5.15 on, read from its files): a
+breakable or full graph is captured by the release's own runner and replayed (``breakable``);
+any other default is answered through tc_piecewise (below), as ``--backend tc_piecewise`` is.
 
 The config (``config.json`` or its folder, with ``hf_quant_config.json`` where the checkpoint has
 one) is read and checked before anything is built (``models.read``); the release's own model
@@ -75,23 +75,24 @@ def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[di
     return row, lines
 
 
-BACKENDS = ("default", "breakable", "tc_piecewise")
+BACKENDS = ("default", "breakable", "full", "tc_piecewise")
+CAPTURED = ("breakable", "full")
+"""The prefill graphs the release's runner captures (``breakable.drive``), not compiled."""
 """What ``--backend`` accepts: the release's own default, or one prefill graph."""
 
 
-def breakable_lines(
-    model: models.Model, version: str, sm: str, replay: dict
-) -> tuple[str, list[str]]:
-    """The outcome of a breakable walk and the lines that say it."""
-    result, why = breakable_outcome.outcome(replay)
-    lines = [f"{model.name} ({model.architecture}, {model.quantization.upper()}) through breakable "
+def captured_lines(model: models.Model, version: str, sm: str, replay: dict,
+                   graph: str) -> tuple[str, list[str]]:  # fmt: skip
+    """The outcome of a captured walk (breakable or full) and the lines that say it."""
+    result, why = breakable_outcome.outcome(replay, graph)
+    lines = [f"{model.name} ({model.architecture}, {model.quantization.upper()}) through {graph} "
              f"in SGLang {version} on SM{sm} (capture simulated on a CPU): {result.upper()}",
-             f"  note: {why}", f"  flag: {flags.read(replay, 'breakable')['flag_why']}"]  # fmt: skip
-    found = replay.get("breakable")
+             f"  note: {why}", f"  flag: {flags.read(replay, graph)['flag_why']}"]  # fmt: skip
+    found = replay.get(graph)
     if found is None:
         return result, lines
-    lines.append("  how: simulated_capture (the release's PrefillCudaGraphRunner and "
-                 "BreakableCudaGraphBackend; segments recorded at torch.cuda.CUDAGraph)")  # fmt: skip
+    lines.append(f"  how: simulated_capture (the release's PrefillCudaGraphRunner and "
+                 f"{found.get('backend')}; segments recorded where CUDA would capture)")  # fmt: skip
     for b in found.get("buckets", []):
         breaks = ", ".join(dict.fromkeys(b["breaks"])) or "none"
         lines.append(f"  bucket {b['bucket']}: {b['segments']} segments, {len(b['breaks'])} breaks "
@@ -120,17 +121,20 @@ def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
     if not built.ok:
         progress(f"error: sglang=={version}: {built.error}")
         return 1
-    if backend == "breakable" and not env.has_breakable(version):
-        progress(f"SGLang {version} has no breakable prefill graph backend (none in its files)")
+    if backend in CAPTURED and not env.has_breakable(version, backend):
+        progress(f"SGLang {version} has no {backend} prefill graph backend (none in its files)")
         return 1
     if backend != "tc_piecewise" and env.has_breakable(version):
         found = pool.replay_one(version, sm, model, walk="breakable")
         default = flags.read(found)
-        if backend == "breakable" or default["default_prefill"] == "breakable":
+        graph = default["default_prefill"] if backend == "default" else backend
+        if graph in CAPTURED:
             progress(f"SGLang {version} gives {model.name} on SM{sm} "
                      f"{default['default_prefill'] or 'an unknown prefill graph'} by default "
                      f"({default['default_rule'] or 'its resolution not recorded'})")  # fmt: skip
-            result, lines = breakable_lines(model, version, sm, found)
+            if graph != "breakable":
+                found = pool.replay_one(version, sm, model, walk=graph)
+            result, lines = captured_lines(model, version, sm, found, graph)
             for line in lines:
                 progress(line)
             return 0 if result != "not measured" else 1

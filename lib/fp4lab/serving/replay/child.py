@@ -15,7 +15,7 @@ piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunn
 * **fix** (MODE ``patch``): the user's patch (``patch.PARTS``), written as the plugin file and
   imported, one part added for each blocker it removes, until the model compiles or a blocker
   has no part; then the same runner eagerly with the same patch, and the logits of both compared;
-* **breakable** (MODE ``breakable``): the release's breakable capture and replays (``breakable``).
+* **captured** (MODE ``breakable`` or ``full``): the release's capture and replays (``prefill_walk``).
 
 Each walk has a fork of its own: walks in one process change each other (the first compile's
 trace fills memos the next one finds filled: sgl_kernel's ``is_arch_support_pdl``).
@@ -41,7 +41,6 @@ from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, forks, paths, probe
 from fp4lab.serving.replay import (
     availability,
-    breakable,
     facts,
     forward,
     kernels,
@@ -49,6 +48,7 @@ from fp4lab.serving.replay import (
     models,
     patch,
     plugin,
+    prefill_walk,
     reached,
     runner,
 )
@@ -197,10 +197,10 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
             "frames": data["frames"][-6:], "kernel": ran.kernel}  # fmt: skip
 
 
-MODES = ("story", "chain", "patch", "breakable")
-"""What a replay walks after the eager pass: ``patch`` the user's patch (the blockers, the fix);
-``chain`` the story's blocker chain; ``story`` the chain, the story's own patch and each
-CUDA_HOME; ``breakable`` (no eager pass) the release's breakable capture and replays."""
+CAPTURED = ("breakable", "full")
+MODES = ("story", "chain", "patch", *CAPTURED)
+"""What a replay walks (the module docstring): ``patch``, ``chain``, ``story``, or a captured
+prefill graph (``CAPTURED``, no eager pass)."""
 
 MODEL_TIMEOUT_S = 480
 """The longest one model's replay (its fork) may take."""
@@ -237,8 +237,8 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     given = models.read(checkpoint)
     found["architecture"] = given.architecture
     found["resolution"], flags = model.resolved(release, checkpoint)
-    if mode == "breakable":
-        return breakable.walk(release, checkpoint, found, refused) | facts.release_rules()
+    if mode in CAPTURED:
+        return prefill_walk.walk(release, checkpoint, found, refused, mode) | facts.release_rules()
     try:
         built = model.build(release, checkpoint, model.command_line(given, flags or []))
     except Exception as exc:  # recorded: the exact obstacle on this machine

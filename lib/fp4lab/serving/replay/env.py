@@ -96,10 +96,11 @@ def env_dir(version: str) -> Path:
     return paths.build_dir() / "sglang-compile" / version
 
 
-def has_breakable(version: str) -> bool:
-    """Whether the release's installed files hold a breakable prefill graph backend."""
+def has_breakable(version: str, graph: str = "breakable") -> bool:
+    """Whether the release's installed files hold the ``graph`` prefill graph backend (breakable,
+    or full)."""
     found = env_dir(version).glob("venv/lib/python*/site-packages/sglang/srt/model_executor/"
-                                  "runner_backend/breakable_cuda_graph_backend.py")  # fmt: skip
+                                  f"runner_backend/{graph}_cuda_graph_backend.py")  # fmt: skip
     return any(found)
 
 
