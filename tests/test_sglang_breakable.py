@@ -47,15 +47,15 @@ def test_glm5_on_0_5_16_is_switched_off_by_default_and_asked_for_reaches_a_kerne
 
 
 @pytest.mark.environments
-def test_full_graphs_are_captured_by_the_release_and_a_question_to_the_stand_in_is_not_measured():
-    """The full backend's runner asks the attention backend whether it supports chunked-prefix
-    full graphs; fp4lab's stand-in cannot answer for the real one: not measured, not blocked."""
+def test_full_graphs_are_captured_whole_by_the_release_and_replay_equal_to_eager():
+    """``--backend full``: the release's FullCudaGraphBackend captures each bucket's whole body in
+    one graph (no breaks); its replays equal eager; the flag that reaches it is the release's."""
     lines: list[str] = []
     model = models.named("llama-3.3-70b-nvfp4")
-    assert check.check(model, VERSION, SM, None, progress=lines.append, backend="full") == 1
+    assert check.check(model, VERSION, SM, None, progress=lines.append, backend="full") == 0
     text = "\n".join(lines)
-    assert "through full in SGLang" in text and ": NOT MEASURED" in text, text
-    assert "the release asked fp4lab's attention stand-in" in text, text
+    assert "through full in SGLang" in text and ": WORKS" in text, text
+    assert "bucket 16: 1 segments, 0 breaks (none)" in text, text
     assert "--cuda-graph-backend-prefill full resolves full" in text, text
 
 
@@ -87,3 +87,34 @@ def test_a_backend_not_offered_is_refused_by_name_before_anything_runs(capsys):
     assert said == 2
     err = capsys.readouterr().err
     assert "--backend" in err and "default, breakable, full, tc_piecewise" in err, err
+
+
+def test_a_stop_of_fp4labs_own_making_is_not_measured_and_the_releases_own_is_blocked():
+    def stop(error: str, frame: str = "sglang/srt/x.py:1:f", **extra: object) -> dict:
+        return {"breakable": {"blocked": {"error": error, "frames": [frame], **extra}}}
+
+    cases = {
+        "blocked": stop("RuntimeError: capture_end: operation not permitted"),
+        "not measured": stop(
+            "AttributeError: 'KVPool' object has no attribute 'x'", harness_object=True
+        ),
+    }
+    for said in ("ValueError: op requires CUDA tensors",
+                 "RuntimeError: Ninja build failed. Ninja output: no CUDA module is built on this machine",
+                 "AssertionError: StandInAttentionBackend does not support it"):  # fmt: skip
+        assert breakable_outcome.outcome(stop(said))[0] == "not measured", said
+    machine = stop(
+        "AssertionError: libcuda.so cannot found!", "triton/backends/nvidia/driver.py:46:f"
+    )
+    assert breakable_outcome.outcome(machine)[0] == "not measured"
+    for expected, replay in cases.items():
+        assert breakable_outcome.outcome(replay)[0] == expected, replay
+    refused = {"build_error": "ValueError: Minimum capability: 100", "refused_by_release": True}
+    assert breakable_outcome.outcome(refused)[0] == "not applicable"
+    assert breakable_outcome.outcome({**refused, "refused_by_release": False})[0] == "not measured"
+    lacking = {**stop("x"), "breakable": {"buckets": [{"bucket": 4}], "flags": [], "replays": [
+        {"bucket": 4, "max_abs_diff": 0.0, "equals_eager": True, "output_changed_by_replay": True}]},
+        "kernel_availability": [{"kernel": "K", "available": "no", "library": "flashinfer",
+                                 "evidence": "gate"}]}  # fmt: skip
+    assert breakable_outcome.outcome(lacking)[0] == "kernel unavailable"
+    assert breakable_outcome.outcome({**lacking, "kernel_availability": []})[0] == "works"

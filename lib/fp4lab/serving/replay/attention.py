@@ -96,6 +96,9 @@ class KVPool:
     def set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale) -> None:
         return None
 
+    def set_mla_kv_buffer(self, *args: Any, **kwargs: Any) -> None:
+        return None  # MLA's latent cache write (DeepSeek's MHA prefill path): nothing reads it back
+
     def _layer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_id not in self.buffers:
             self.buffers[layer_id] = tuple(torch.zeros(self.shape, dtype=self.dtype) for _ in "kv")

@@ -28,7 +28,7 @@ import torch
 from fp4lab.compile import frames, target
 from fp4lab.compile.audit import simulation
 from fp4lab.serving.capture import recorder
-from fp4lab.serving.replay import inside, kernels, reworked
+from fp4lab.serving.replay import inside, kernels, replayed, reworked
 from fp4lab.serving.replay.failed import failure
 
 BACKENDS = {"breakable": ("sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend",
@@ -219,7 +219,8 @@ def _boundary(sm: tuple[int, int], capture: Capture, captured: Captured) -> Iter
         )
         stack.enter_context(target.attribute_replaced(graph_module, "_is_stream_capturing",
                                                       lambda stream: False))  # fmt: skip
-        stack.enter_context(target.attribute_replaced(torch.cuda, "graph", whole_class(capture)))
+        for module in (torch.cuda, torch.cpu):  # the runner's device module is the host's CPU
+            stack.enter_context(target.attribute_replaced(module, "graph", whole_class(capture)))
         for backend in filter(None, backends):
             stack.enter_context(target.attribute_replaced(backend, "capture_one",
                                                           kept(backend.capture_one)))  # fmt: skip
@@ -239,26 +240,6 @@ def _break_name(replay_fn: Any) -> str:
     return f"{frames.relative_path(code.co_filename)}:{code.co_firstlineno}:{code.co_name}"
 
 
-def _compare(runner: Any, kept: Captured, key: Any, generator: torch.Generator) -> dict:
-    """Fresh input ids in the runner's static slot; the captured forward run eagerly, then the
-    backend's replay, both in the runner's forward context; the outputs compared."""
-    ids = runner.buffer_registry.get_slot("input_ids").buffer
-    ids.copy_(torch.randint(0, 64, ids.shape, generator=generator, dtype=ids.dtype))
-    batch = kept.batches[key.size]
-    entered = getattr(runner, "model_context", contextlib.nullcontext)  # 0.5.2x
-    with entered(), runner.backend.replay_session():
-        with runner._prefill_forward_context(batch, num_tokens=key.size, raw_num_tokens=key.size):
-            eager = kept.forwards[key]().clone()
-        stale = runner.backend._outputs[key].clone()
-        with runner._prefill_forward_context(batch, num_tokens=key.size, raw_num_tokens=key.size):
-            replayed = runner.backend.replay(key, batch)
-    rows = replayed.shape[0]
-    diff = float((eager[:rows].float() - replayed.float()).abs().max())
-    moved = float((stale.float() - replayed.float()).abs().max())
-    return {"bucket": key.size, "max_abs_diff": diff, "equals_eager": diff == 0.0,
-            "output_changed_by_replay": moved > 0.0}  # fmt: skip
-
-
 def drive(host: Any, sm: tuple[int, int]) -> dict:
     """The release's capture of every bucket, then ``COMPARED`` replays against eager;
     never raises for what the release does (a failure is the record's ``blocked``)."""
@@ -272,9 +253,12 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
         try:
             host.init_cuda_graphs(capture_decode_cuda_graph=False)
         except Exception as exc:  # the release's capture failed: what is measured
+            asked = getattr(exc, "obj", None) if isinstance(exc, AttributeError) else None
             found["blocked"] = failure(exc) | {"release_frame": _release_frame(
                 [f for f in traceback.extract_tb(exc.__traceback__)
-                 if frames.relative_path(f.filename).startswith("sglang/")])}  # fmt: skip
+                 if frames.relative_path(f.filename).startswith("sglang/")]),
+                "harness_object": asked is not None and (asked in (host, torch.cpu) or
+                                                         type(asked).__module__.startswith("fp4lab"))}  # fmt: skip
         runner = getattr(host, "prefill_cuda_graph_runner", None)
         graphs = getattr(getattr(runner, "backend", None), "_graphs", {})
         found["backend"] = type(getattr(runner, "backend", None)).__name__
@@ -288,5 +272,5 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
         if "blocked" not in found and graphs:
             generator = torch.Generator().manual_seed(1)
             keys = sorted(graphs, key=lambda k: k.size)[:COMPARED]
-            found["replays"] = [_compare(runner, captured, key, generator) for key in keys]
+            found["replays"] = [replayed.compare(runner, captured, key, generator) for key in keys]
     return found

@@ -4,6 +4,9 @@ from __future__ import annotations
 
 from fp4lab.serving.replay import blame, flags
 
+NO_CPU_KERNEL = ("requires CUDA tensors", "no CUDA module is built on this machine")
+"""What a kernel with no CPU stand-in says here: a CUDA-only kernel refusing CPU tensors, a JIT
+build fp4lab's ninja refused (on a GPU it builds)."""
 STAND_IN = "StandInAttentionBackend"
 """The stand-in attention backend's class name (``breakable.STAND_IN``, inside the release's
 environment), as the release's own messages name it."""
@@ -20,8 +23,10 @@ def capture_outcome(found: dict) -> tuple[str, str]:
         where = f"{stop['error']} [at {stop.get('release_frame') or stop['frames'][-1]}]"
         if blame.machine_only(stop):
             return "not measured", f"this machine has no CUDA driver for a Triton launch: {where}"
-        if STAND_IN in stop["error"]:
-            return "not measured", f"the release asked fp4lab's attention stand-in: {where}"
+        if STAND_IN in stop["error"] or stop.get("harness_object"):
+            return "not measured", f"the release asked fp4lab's stand-in for what it lacks: {where}"
+        if any(w in stop["error"] for w in NO_CPU_KERNEL):
+            return "not measured", f"a kernel with no CPU stand-in here: {where}"
         return "blocked", where
     if found.get("flags"):
         first = found["flags"][0]
@@ -46,8 +51,15 @@ MEASURED = ("works", "blocked", "wrong output")
 def outcome(replay: dict, graph: str = "breakable") -> tuple[str, str]:
     """A captured walk's outcome (``capture_outcome`` of its ``graph`` record: breakable or full),
     "kernel unavailable" ahead of any measured one where it reached a kernel its SM lacks (the
-    installed package's evidence, ``availability``); "not measured" where the walk did not run."""
+    installed package's evidence, ``availability``); where the model was not built, "not
+    applicable" if the release refused it, else "not measured"; "not measured" where the walk did
+    not run."""
     found = replay.get(graph)
+    if found is None and replay.get("build_error"):
+        said = f"{replay['build_error']} [at {(replay.get('build_frames') or ['?'])[-1]}]"
+        if replay.get("refused_by_release"):
+            return "not applicable", f"the release refuses the model here: {said}"
+        return "not measured", f"the model was not built here: {said}"
     if found is None:
         failed = replay.get("harness_error") or replay.get("error") or {}
         return "not measured", replay.get("not_driven") or (
