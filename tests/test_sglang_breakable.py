@@ -103,6 +103,10 @@ def test_a_stop_of_fp4labs_own_making_is_not_measured_and_the_releases_own_is_bl
                  "RuntimeError: Ninja build failed. Ninja output: no CUDA module is built on this machine",
                  "AssertionError: StandInAttentionBackend does not support it"):  # fmt: skip
         assert breakable_outcome.outcome(stop(said))[0] == "not measured", said
+    ours = stop(
+        "NotImplementedError: no deferred-finalize outputs", "fp4lab/serving/replay/x.py:1:f"
+    )
+    assert breakable_outcome.outcome(ours)[0] == "not measured"
     machine = stop(
         "AssertionError: libcuda.so cannot found!", "triton/backends/nvidia/driver.py:46:f"
     )

@@ -23,6 +23,11 @@ def capture_outcome(found: dict) -> tuple[str, str]:
         where = f"{stop['error']} [at {stop.get('release_frame') or stop['frames'][-1]}]"
         if blame.machine_only(stop):
             return "not measured", f"this machine has no CUDA driver for a Triton launch: {where}"
+        if stop["frames"] and stop["frames"][-1].startswith("fp4lab/"):
+            return (
+                "not measured",
+                f"fp4lab's own stand-in stopped it: {stop['error']} [at {stop['frames'][-1]}]",
+            )
         if STAND_IN in stop["error"] or stop.get("harness_object"):
             return "not measured", f"the release asked fp4lab's stand-in for what it lacks: {where}"
         if any(w in stop["error"] for w in NO_CPU_KERNEL):
