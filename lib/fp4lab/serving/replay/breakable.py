@@ -28,7 +28,7 @@ import torch
 from fp4lab.compile import frames, target
 from fp4lab.compile.audit import simulation
 from fp4lab.serving.capture import recorder
-from fp4lab.serving.replay import inside, kernels, replayed, reworked
+from fp4lab.serving.replay import breakable_outcome, inside, kernels, replayed, reworked
 from fp4lab.serving.replay.failed import failure
 
 BACKENDS = {"breakable": ("sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend",
@@ -154,17 +154,13 @@ def whole_class(capture: Capture) -> type:
     return Whole
 
 
-STAND_IN = "StandInAttentionBackend"
-"""The stand-in attention backend's class name, as the release's messages name it."""
-
-
 def _attention_defaults(host: Any) -> None:
     """The stand-in attention backend with the release's base class under it (its defaults)."""
     base = kernels.attribute("sglang.srt.layers.attention.base_attn_backend", "AttentionBackend")
     ours = type(host.attn_backend)
     if base is not None and not issubclass(ours, base):
         host.attn_backend.__class__ = type(
-            STAND_IN, (ours, base), {"__abstractmethods__": frozenset()}
+            breakable_outcome.STAND_IN, (ours, base), {"__abstractmethods__": frozenset()}
         )
 
 
@@ -254,9 +250,7 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
             host.init_cuda_graphs(capture_decode_cuda_graph=False)
         except Exception as exc:  # the release's capture failed: what is measured
             asked = getattr(exc, "obj", None) if isinstance(exc, AttributeError) else None
-            found["blocked"] = failure(exc) | {"release_frame": _release_frame(
-                [f for f in traceback.extract_tb(exc.__traceback__)
-                 if frames.relative_path(f.filename).startswith("sglang/")]),
+            found["blocked"] = failure(exc) | {
                 "harness_object": asked is not None and (asked in (host, torch.cpu) or
                                                          type(asked).__module__.startswith("fp4lab"))}  # fmt: skip
         runner = getattr(host, "prefill_cuda_graph_runner", None)

@@ -8,8 +8,8 @@ NO_CPU_KERNEL = ("requires CUDA tensors", "no CUDA module is built on this machi
 """What a kernel with no CPU stand-in says here: a CUDA-only kernel refusing CPU tensors, a JIT
 build fp4lab's ninja refused (on a GPU it builds)."""
 STAND_IN = "StandInAttentionBackend"
-"""The stand-in attention backend's class name (``breakable.STAND_IN``, inside the release's
-environment), as the release's own messages name it."""
+"""The class name ``breakable`` gives the stand-in attention backend inside the release's
+environment, as the release's own messages name it."""
 
 
 def capture_outcome(found: dict) -> tuple[str, str]:

@@ -121,10 +121,10 @@ def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
     if not built.ok:
         progress(f"error: sglang=={version}: {built.error}")
         return 1
-    if backend in CAPTURED and not env.has_breakable(version, backend):
+    if backend in CAPTURED and not env.has_backend(version, backend):
         progress(f"SGLang {version} has no {backend} prefill graph backend (none in its files)")
         return 1
-    if backend != "tc_piecewise" and env.has_breakable(version):
+    if backend != "tc_piecewise" and env.has_backend(version, "breakable"):
         found = pool.replay_one(version, sm, model, walk="breakable")
         default = flags.read(found)
         graph = default["default_prefill"] if backend == "default" else backend

@@ -96,9 +96,9 @@ def env_dir(version: str) -> Path:
     return paths.build_dir() / "sglang-compile" / version
 
 
-def has_breakable(version: str, graph: str = "breakable") -> bool:
-    """Whether the release's installed files hold the ``graph`` prefill graph backend (breakable,
-    or full)."""
+def has_backend(version: str, graph: str) -> bool:
+    """Whether the release's installed files hold the backend of prefill graph ``graph``
+    (``breakable``, ``full``, ``tc_piecewise``)."""
     found = env_dir(version).glob("venv/lib/python*/site-packages/sglang/srt/model_executor/"
                                   f"runner_backend/{graph}_cuda_graph_backend.py")  # fmt: skip
     return any(found)

@@ -55,10 +55,12 @@ def build_failed(exc: Exception, architecture: str) -> dict:
 
 def failure(exc: BaseException) -> dict:
     """An exception as a record: its last line, its frames (``file:line:function``, relative to
-    their package root, the last 8) and the deepest frame in fp4lab's own code, if any."""
+    their package root, the last 8) and the deepest frame in fp4lab's own code and in SGLang's,
+    if any."""
     where = [f"{frames.relative_path(f.filename)}:{f.lineno}:{f.name}"
              for f in traceback.extract_tb(exc.__traceback__)]  # fmt: skip
     ours = [f for f in where if f.startswith("fp4lab/")]
+    release = [f for f in where if f.startswith("sglang/")]
     line = paths.unrooted(traceback.format_exception_only(exc)[-1].strip())
-    return {"error": line[:800],
-            "frames": where[-8:], "harness_frame": ours[-1] if ours else None}  # fmt: skip
+    return {"error": line[:800], "frames": where[-8:], "harness_frame": ours[-1] if ours else None,
+            "release_frame": release[-1] if release else None}  # fmt: skip

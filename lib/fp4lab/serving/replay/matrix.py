@@ -108,10 +108,10 @@ def decision(rows: list[dict]) -> dict:
     captured = [r for r in rows if r.get("breakable") not in (None, "not applicable")]
     tally = collections.Counter(r["breakable"] for r in captured)
     if captured:  # the releases' breakable graphs, captured by their own runner (simulated)
-        number += (f"; breakable graphs (simulated capture): {tally['works']} of {len(captured)} "
-                   f"cells work, " + ", ".join(f"{n} {o}" for o, n in tally.items() if o != "works"))  # fmt: skip
-    return {"verdict": verdict, "number": number.rstrip(", "), "why": per,
-            "breakable": dict(tally)}  # fmt: skip
+        said = [f"{tally['works']} of {len(captured)} cells work",
+                *(f"{n} {o}" for o, n in tally.items() if o != "works")]  # fmt: skip
+        number += f"; breakable graphs (simulated capture): {', '.join(said)}"
+    return {"verdict": verdict, "number": number, "why": per, "breakable": dict(tally)}
 
 
 def verdict(rows: list[dict]) -> str:

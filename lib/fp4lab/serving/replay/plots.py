@@ -84,10 +84,14 @@ def captured(rows: list[dict]) -> bool:
     return any(r.get("breakable") not in (None, "not applicable") for r in rows)
 
 
-def breakable_mark(row: dict) -> tuple[str, str]:
-    """A breakable cell's colour and mark: its outcome's ("b" where blocked)."""
+def draw_breakable(ax: object, row: dict, x: int, y: int, fontsize: float) -> None:
+    """A breakable lane's cell at (x, y): its outcome's colour and mark ("b" where blocked)."""
+    import matplotlib.pyplot as plt
+
     said = BREAKABLE_AS.get(row.get("breakable") or "", row.get("breakable") or "not measured")
-    return COLOURS.get(said, "#cccccc"), "b" if said == "blocked" else MARKS.get(said, "?")
+    ax.add_patch(plt.Rectangle((x, y), 0.94, 0.9, color=COLOURS.get(said, "#cccccc")))
+    mark = "b" if said == "blocked" else MARKS.get(said, "?")
+    ax.text(x + 0.47, y + 0.45, mark, ha="center", va="center", fontsize=fontsize, weight="bold")
 
 
 def blocker_codes(rows: list[dict]) -> dict[str, str]:
@@ -120,9 +124,7 @@ def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
         given = GRAPH_SHORT.get(r.get("default_prefill") or "", "")
         ax.text(x + 0.47, y + 0.72, given, ha="center", va="center", fontsize=5.5)
         if (r["sm"], "breakable") in lanes:
-            colour, mark = breakable_mark(r)
-            ax.add_patch(plt.Rectangle((x, y + 1), 0.94, 0.9, color=colour))
-            ax.text(x + 0.47, y + 1.45, mark, ha="center", va="center", fontsize=8, weight="bold")
+            draw_breakable(ax, r, x, y + 1, 8)
     ax.set_xlim(0, len(version_list))
     ax.set_ylim(len(lanes), 0)
     ax.set_xticks([i + 0.47 for i in range(len(version_list))], version_list, rotation=90,
@@ -180,9 +182,7 @@ def plot_matrix(rows: list[dict]) -> object:
             if r["outcome"] == "blocked" and r["compiles_with_patch"]:
                 ax.text(x + 0.47, y + 0.45, "p", ha="center", va="center", fontsize=7)
             if (r["model"], "breakable") in lanes:
-                colour, mark = breakable_mark(r)
-                ax.add_patch(plt.Rectangle((x, y + 1), 0.95, 0.9, color=colour))
-                ax.text(x + 0.47, y + 1.45, mark, ha="center", va="center", fontsize=6)
+                draw_breakable(ax, r, x, y + 1, 6)
         ax.set_xlim(0, len(version_list))
         ax.set_ylim(len(lanes), 0)
         ax.set_xticks([i + 0.47 for i in range(len(version_list))], version_list, rotation=90,

@@ -153,7 +153,7 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
             for sm in sms:
                 job = _Job(run, sm, {}, {}, [])
                 for m, w in walks(version, sm, measured, mode, alongside or [],
-                                  env.has_breakable(version)):  # fmt: skip
+                                  env.has_backend(version, "breakable")):  # fmt: skip
                     job.keys[m.name, w] = kept.key(compile_env, m, w, cuda_home)
                     got = None if fresh else kept.taken(version, sm, m, w, job.keys[m.name, w])
                     job.missing += [] if got else [(m, w)]
