@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from fp4lab.core import evidence
 from fp4lab.serving.replay import blame, flags
 
 NO_CPU_KERNEL = ("requires CUDA tensors", "no CUDA module is built on this machine")
@@ -97,3 +98,10 @@ def fields(replay: dict) -> dict:
             "breakable_segments": largest["segments"] if largest else None,
             "breakable_breaks": sorted(set(largest["breaks"])) if largest else [],
             "breakable_evidence": ["simulated_capture"] if largest else []}  # fmt: skip
+
+
+def evidence_of(rows: list[dict]) -> list[str]:
+    """Every level the rows reached: their tc_piecewise cells' and their breakable captures'."""
+    return evidence.of_values(
+        [*rows, *({"evidence": r.get("breakable_evidence") or []} for r in rows)]
+    )

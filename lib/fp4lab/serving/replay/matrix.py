@@ -14,7 +14,7 @@ from __future__ import annotations
 import collections
 from collections.abc import Callable
 
-from fp4lab.core import evidence, records
+from fp4lab.core import records
 from fp4lab.core.progress import say
 from fp4lab.serving.replay import breakable_outcome, decide, models, pool, timeline, versions
 
@@ -75,7 +75,7 @@ def measure_and_record(rec: records.Recorder) -> list[dict]:
         "timelines": {n: timeline.timeline(mine, n) for n, mine in per_model.items()},
         "versions_failed": {r.version: r.environment.error for r in runs if not r.environment.ok},
         "replays_kept": sum(r["kept"] is not None for r in rows),
-        "evidence": evidence.of_values(rows),
+        "evidence": breakable_outcome.evidence_of(rows),
     })  # fmt: skip
     return rows
 

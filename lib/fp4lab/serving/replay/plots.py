@@ -8,8 +8,8 @@ from __future__ import annotations
 import textwrap
 from pathlib import Path
 
-from fp4lab.core import evidence, figures, glm5, records
-from fp4lab.serving.replay import decide, timeline, versions
+from fp4lab.core import figures, glm5, records
+from fp4lab.serving.replay import breakable_outcome, decide, timeline, versions
 from fp4lab.serving.replay.tables import patch_text
 
 COLOURS = dict(
@@ -63,7 +63,7 @@ def save_decision_figure(rows: list[dict], notebook: str) -> Path:
         "11_sglang_piecewise_replay",
         records.latest(notebook)[-1]["provenance"],
         source=f"data/{notebook}.jsonl run {records.RUN_ID}",
-        evidence=evidence.of_values(rows),
+        evidence=breakable_outcome.evidence_of(rows),
     )
 
 
@@ -156,7 +156,7 @@ def save_grid_figure(rows: list[dict], notebook: str) -> Path:
     """``plot_grid`` saved as figures/11_sglang_grid.png with the notebook's provenance."""
     return figures.save_figure(plot_grid(rows), GRID, records.latest(notebook)[-1]["provenance"],
                                source=f"data/{notebook}.jsonl run {records.RUN_ID}",
-                               evidence=evidence.of_values(rows))  # fmt: skip
+                               evidence=breakable_outcome.evidence_of(rows))  # fmt: skip
 
 
 def plot_matrix(rows: list[dict]) -> object:
@@ -207,5 +207,5 @@ def save_matrix_figure(rows: list[dict], notebook: str) -> Path:
         notebook,
         records.latest(notebook)[-1]["provenance"],
         source=f"data/{notebook}.jsonl run {records.RUN_ID}",
-        evidence=evidence.of_values(rows),
+        evidence=breakable_outcome.evidence_of(rows),
     )

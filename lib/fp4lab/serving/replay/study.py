@@ -129,7 +129,7 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
                                  for r in rows if r["outcome"] == "not measured"},
         "upstream": {v: sum(r["verdict"] == v for r in held)
                      for v in (upstream.AGREE, upstream.DISAGREE, upstream.NOT_COMPARABLE)},
-        "evidence": evidence.of_values(rows),
+        "evidence": breakable_outcome.evidence_of(rows),
     })  # fmt: skip
     return rows
 
