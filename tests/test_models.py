@@ -169,7 +169,8 @@ def test_14_replays_two_models_per_release_process_and_records_each_cell(run_not
     for SM12.0, both models in one process per release: on 0.5.9 each is blocked at FlashInfer's
     quantize JIT and fixed by the patch (the patch loaded for the first model never reaches the
     second, which its fork keeps apart); on 0.5.16 each compiles as released, and its breakable
-    graphs (the release's default) capture and replay equal to eager. One decision record per
+    graphs (the release's default, one break per layer) and full graphs (one segment) capture
+    and replay equal to eager. One decision record per
     cell with its blocker's frame and graph-break code; a bad model name is refused first."""
     with pytest.raises(ValueError, match="models contains 'llama-70b'; allowed values: "):
         matrix.prepare(["llama-70b"], "0.5.9", ["12.0"])
@@ -192,6 +193,12 @@ def test_14_replays_two_models_per_release_process_and_records_each_cell(run_not
         assert (compiles["breakable"], compiles["breakable_evidence"]) == (
             "works", ["simulated_capture"]), compiles["breakable_note"]  # fmt: skip
         assert compiles["breakable_breaks"] == ["unified_attention_with_output"]
+        assert (compiles["breakable_break_count"], compiles["breakable_breaks_per_layer"]) == (
+            2,
+            1.0,
+        )
+        assert (compiles["full"], compiles["full_segments"], compiles["full_break_count"]) == (
+            "works", 1, 0), compiles["full_note"]  # fmt: skip
     assert cells["llama-3.3-70b-nvfp4", "0.5.16"]["breakable_segments"] == 3, "2 layers, 2 breaks"
     assert cells["llama-3.3-70b-nvfp4", "0.5.9"]["architecture"] == "LlamaForCausalLM"
     [summary] = [r["values"] for r in found if r["kind"] == "summary"]
@@ -200,6 +207,7 @@ def test_14_replays_two_models_per_release_process_and_records_each_cell(run_not
     )
     assert "llama-3.3-70b-nvfp4 SM12.0: 0.5.9 blocked" in summary["headline"]
     assert "breakable graphs (simulated capture): 2 of 2 cells work" in summary["number"]
+    assert "full graphs (simulated capture): 2 of 2 cells work" in summary["number"]
     assert "simulated_capture" in summary["evidence"], "the breakable cells' evidence is the run's"
     assert (paths.figures_dir() / f"{matrix.NAME}.png").is_file()
 

@@ -61,13 +61,14 @@ def test_full_graphs_are_captured_whole_by_the_release_and_replay_equal_to_eager
 
 @pytest.mark.environments
 def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_path):
-    """A host sync inside a captured segment is flagged with the frame that asked (a real capture
-    refuses it); a replay that runs nothing leaves the captured output (wrong output); the same
-    capture without a fault works."""
+    """A host sync inside a captured segment (a GPU tensor's value read, or copied, to the host) is
+    flagged with the frame that asked (a real capture refuses it), while a host tensor's value
+    read there is kept as a host read (frozen into the graph, allowed); a replay that runs
+    nothing leaves the captured output (wrong output); the same capture without a fault works."""
     built = env.ensure_env(VERSION)
     checkpoint = models.write_tiny(*models.named("llama-3.3-70b-nvfp4").tiny()[:2],
                                    tmp_path / "model")  # fmt: skip
-    faults = ("none", "host_sync", "stale_replay")
+    faults = ("none", "host_sync", "to_host", "host_read", "stale_replay")
     subprocess.run([str(built.python), str(FAULT), str(checkpoint), SM, str(tmp_path), ",".join(faults)],
                    env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")},
                    check=True, capture_output=True, timeout=600)  # fmt: skip
@@ -76,7 +77,15 @@ def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_pa
     result, why = breakable_outcome.capture_outcome(found["host_sync"])
     assert result == "blocked", why
     assert why.startswith("host sync _local_scalar_dense inside captured segment 2 of bucket 16 at "
-                          "breakable_fault.py:") and why.endswith(":synced"), why  # fmt: skip
+                          "breakable_fault.py:") and why.endswith(":<lambda>"), why  # fmt: skip
+    result, why = breakable_outcome.capture_outcome(found["to_host"])
+    assert result == "blocked" and why.startswith(
+        "host sync cpu (a GPU tensor copied to the host)"
+    ), why
+    result, why = breakable_outcome.capture_outcome(found["host_read"])  # a host tensor: allowed
+    assert result == "works", why
+    assert [(r["what"], r["frame"].rsplit(":", 1)[-1]) for r in found["host_read"]["host_reads"]] == [
+        ("host read _local_scalar_dense", "<lambda>")], found["host_read"]["host_reads"]  # fmt: skip
     result, why = breakable_outcome.capture_outcome(found["stale_replay"])
     assert result == "wrong output" and "bucket 4: max |diff|" in why, why
 
@@ -122,3 +131,41 @@ def test_a_stop_of_fp4labs_own_making_is_not_measured_and_the_releases_own_is_bl
                                  "evidence": "gate"}]}  # fmt: skip
     assert breakable_outcome.outcome(lacking)[0] == "kernel unavailable"
     assert breakable_outcome.outcome({**lacking, "kernel_availability": []})[0] == "works"
+
+
+@pytest.mark.environments
+def test_full_graphs_on_0_5_23_ask_the_class_the_release_builds_and_its_answer_decides():
+    """0.5.23's runner asks the attention backend whether it supports chunked-prefix full graphs;
+    the stand-in answers as the class the release's registry builds for Llama on SM10.0
+    (TRT-LLM's MHA backend: no), and the release's own assertion stops the capture."""
+    lines: list[str] = []
+    model = models.named("llama-3.3-70b-nvfp4")
+    assert check.check(model, "0.5.23", "10.0", None, progress=lines.append, backend="full") == 0
+    text = "\n".join(lines)
+    assert ": BLOCKED" in text, text
+    assert ("AssertionError: TRTLLMHAAttnBackend does not support chunked-prefix Full prefill CUDA "
+            "graphs [at sglang/srt/model_executor/runner/prefill_cuda_graph_runner.py:") in text, text  # fmt: skip
+    assert "trtllm_mha_backend.TRTLLMHAAttnBackend; the runner asked it " in text, text
+
+
+def test_a_stop_on_a_borrowed_answer_is_the_releases_and_any_other_at_the_stand_in_is_not():
+    """``borrowed_stop`` both ways: the release's assertion on an answer the stand-in gave as the
+    real class gives it is blocked; the same stop with no answer borrowed, or an attribute the
+    stand-in lacks, is not measured."""
+    stop = {"error": "AssertionError: StandInAttentionBackend does not support chunked-prefix Full "
+            "prefill CUDA graphs", "frames": ["sglang/srt/model_executor/runner/x.py:570:__init__"],
+            "release_frame": "sglang/srt/model_executor/runner/x.py:570:__init__"}  # fmt: skip
+    real = {"class": "sglang.srt.layers.attention.trtllm_mha_backend.TRTLLMHAAttnBackend"}
+    asked = {
+        "blocked": stop,
+        "attention": {**real, "asked": {"supports_full_cuda_graph_chunked_prefix": False}},
+    }
+    result, why = breakable_outcome.capture_outcome(asked)
+    assert result == "blocked" and why.startswith("AssertionError: TRTLLMHAAttnBackend does not"), (
+        why
+    )
+    assert "supports_full_cuda_graph_chunked_prefix = False" in why, why
+    for unasked in ({"blocked": stop, "attention": {**real, "asked": {}}},
+                    {"blocked": {**stop, "error": "AttributeError: 'StandInAttentionBackend' object has "
+                                 "no attribute 'x'"}, "attention": asked["attention"]}):  # fmt: skip
+        assert breakable_outcome.capture_outcome(unasked)[0] == "not measured", unasked

@@ -12,6 +12,7 @@ import pytest
 from fp4lab.serving.replay import (
     decide,
     failed,
+    flags,
     kernels,
     layout,
     model,
@@ -249,7 +250,7 @@ def test_each_child_walks_glm5s_chain_and_every_models_patch_walk_once():
     """Notebook 11's child on the story's release and SM walks GLM-5's story chain and its patch
     walk, and the patch walk of a model alongside; elsewhere GLM-5's chain is the plain one;
     notebook 14's asks patch walks only, a model asked twice walked once; where the release has
-    breakable graphs, every model's breakable walk too."""
+    breakable and full graphs, every model's capture of each too."""
     glm5, llama = models.named(pool.GLM5), models.named("llama-3.3-70b-nvfp4")
     story = pool.walks(versions.STORY_VERSION, versions.STORY_SM, [glm5], "chain", [llama])
     assert [(m.name, w) for m, w in story] == [
@@ -258,10 +259,10 @@ def test_each_child_walks_glm5s_chain_and_every_models_patch_walk_once():
     assert [w for _, w in other] == ["chain", "patch", "patch"]
     assert [(m.name, w) for m, w in pool.walks("0.5.16", "9.0", [llama, glm5], "patch", [])] == [
         (llama.name, "patch"), (glm5.name, "patch")]  # fmt: skip
-    captured = pool.walks("0.5.16", "9.0", [llama], "patch", [glm5], breakable=True)
+    captured = pool.walks("0.5.16", "9.0", [llama], "patch", [glm5], ("breakable", "full"))
     assert [(m.name, w) for m, w in captured] == [
         (llama.name, "patch"), (glm5.name, "patch"), (llama.name, "breakable"),
-        (glm5.name, "breakable")]  # fmt: skip
+        (glm5.name, "breakable"), (llama.name, "full"), (glm5.name, "full")]  # fmt: skip
 
 
 def test_a_replay_is_its_patch_walk_with_the_chain_and_not_measured_if_the_chain_failed():
@@ -452,3 +453,24 @@ def test_the_kernels_table_runs_releases_of_one_availability_and_a_gap_ends_a_ru
     assert "model" not in table and table["evidence"].iloc[-1] == (
         "<details><summary>which 1</summary>sgl_kernel::rmsnorm</details>"
     ), "the kernels with no evidence read are folded, so a long list keeps its row short"
+
+
+def test_the_recommendation_names_the_newest_release_and_captured_graph_that_work():
+    """Per SM, the newest release whose breakable or full graphs work, with its flag; where both
+    work there, the one the release gives by default; with none working, the traced answer."""
+    base = {"sm": "10.0", "outcome": "not applicable", "flag": flags.UNREACHED, "model": "m",
+            "breakable_flag": flags.NEEDED, "full_flag": "--cuda-graph-backend-prefill full"}  # fmt: skip
+    rows = [{**base, "sglang_version": "0.5.22", "default_prefill": "breakable",
+             "breakable": "works", "full": "blocked"},
+            {**base, "sglang_version": "0.5.23", "default_prefill": "breakable",
+             "breakable": "not measured", "full": "works"}]  # fmt: skip
+    said = timeline.recommendation(rows, "10.0")
+    assert said.startswith("SGLang 0.5.23 with `--cuda-graph-backend-prefill full` (full graphs"), (
+        said
+    )
+    rows[1]["breakable"] = "works"
+    said = timeline.recommendation(rows, "10.0")
+    assert said.startswith("SGLang 0.5.23 with no flag (breakable graphs"), said
+    for row in rows:
+        row["breakable"] = row["full"] = "blocked"
+    assert timeline.recommendation(rows, "10.0").startswith("no release measured here")

@@ -69,21 +69,30 @@ def _per_sm(header: list[str], cells: object) -> str:
     return "\n".join(lines) + "\n"
 
 
-def _breakable(line: dict) -> str:
-    """The breakable runs of one SM's timeline, each outcome with its release ranges."""
-    found = line.get("breakable_runs") or []
-    return "; ".join(f"{o}: {_where(found, o)}" for o in dict.fromkeys(r["outcome"] for r in found))
+def _captured(line: dict, graph: str) -> str:
+    """The runs of one captured graph in one SM's timeline, each outcome with its release
+    ranges ("not measured" where the timeline holds none)."""
+    found = line.get(f"{graph}_runs") or []
+    said = "; ".join(f"{o}: {_where(found, o)}" for o in dict.fromkeys(r["outcome"] for r in found))
+    return said or "not measured"
+
+
+def _graphs(lines: dict) -> list[str]:
+    """The captured graphs any of these timelines holds runs of (``<graph>_runs``), in order."""
+    keys = dict.fromkeys(k for line in lines.values() for k in line)
+    return [k.removesuffix("_runs") for k in keys if k.endswith("_runs") and k != "runs"]
 
 
 def per_sm() -> str:
-    """GLM-5 per SM: where tc_piecewise compiles, is blocked, reaches a kernel the SM lacks, the
-    breakable graphs' outcomes, and what to run."""
+    """GLM-5 per SM: where tc_piecewise compiles, is blocked, reaches a kernel the SM lacks, each
+    captured graph's outcomes, and what to run."""
+    graphs = _graphs((_timeline(SGLANG) or {}).get("timeline") or {})
     return _per_sm(
         ["tc_piecewise compiles in", "blocked in", "a kernel the SM lacks in",
-         "breakable (simulated capture)", "what to run"],
+         *(f"{g} (simulated capture)" for g in graphs), "what to run"],
         lambda line: [_where(line["runs"], o) or "none"
                       for o in ("compiles", "blocked", "kernel unavailable")]
-        + [_breakable(line) or "not measured", line["recommendation"]],
+        + [_captured(line, g) for g in graphs] + [line["recommendation"]],
     )  # fmt: skip
 
 
@@ -100,8 +109,10 @@ def per_model() -> str:
     timelines = (summary or {}).get("timelines")
     if not timelines:
         return ""
-    lines = ["| model | SM | tc_piecewise compiles in | blocked in | a kernel the SM lacks in | "
-             "not measured in | breakable (simulated capture) |", "|---|---|---|---|---|---|---|"]  # fmt: skip
+    graphs = _graphs({(n, sm): line for n, sms in timelines.items() for sm, line in sms.items()})
+    header = ["model", "SM", "tc_piecewise compiles in", "blocked in", "a kernel the SM lacks in",
+              "not measured in", *(f"{g} (simulated capture)" for g in graphs)]  # fmt: skip
+    lines = ["| " + " | ".join(header) + " |", "|---" * len(header) + "|"]
     for name, sms in timelines.items():
         for sm in sorted(sms, key=float):
             runs = sms[sm]["runs"]
@@ -109,7 +120,7 @@ def per_model() -> str:
                      _where(runs, "blocked") or "none",
                      _where(runs, "kernel unavailable") or "none",
                      _where(runs, "not measured") or "none",
-                     _breakable(sms[sm]) or "not measured"]  # fmt: skip
+                     *(_captured(sms[sm], g) for g in graphs)]  # fmt: skip
             lines.append("| " + " | ".join(_cell(c) for c in cells) + " |")
     return "\n".join(lines) + "\n"
 

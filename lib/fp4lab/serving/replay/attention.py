@@ -9,11 +9,13 @@ empty cache reads nothing back from the KV cache.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any
 
 import torch
 
-from fp4lab.serving.replay.kernels import record
+from fp4lab.compile import target
+from fp4lab.serving.replay.kernels import attribute, record
 from fp4lab.serving.replay.reached import REACHED
 
 
@@ -76,6 +78,57 @@ class AttentionBackend:
             scores = torch.cat([scores, sinks.float().reshape(heads, 1, 1).expand(-1, n, 1)], -1)
         weights = scores.softmax(-1)[..., :n]
         return torch.einsum("hqk,khd->qhd", weights, value).reshape(n, -1).to(q.dtype)
+
+
+CAPABILITIES = ("supports_full_cuda_graph_chunked_prefix",)
+"""What a release's prefill runner asks its attention backend before capturing (0.5.2x's full
+graphs with chunked prefix), answered by the stand-in as the class the release builds answers it:
+a value that class holds, read, never assumed."""
+
+
+class _Built(Exception):
+    """The class the release's attention factory went to build (its construction stopped)."""
+
+
+def prefill_backend_name(args: Any) -> str | None:
+    """The prefill attention backend the release resolved, asked of the release as it asks:
+    ``runtime_context.attention_backends()`` (0.5.2x), ``ServerArgs.get_attention_backends()``,
+    else its fields."""
+    pair = attribute("sglang.srt.runtime_context", "attention_backends")
+    if pair is None:
+        pair = getattr(args, "get_attention_backends", None)
+    if pair is not None:
+        return pair()[0]
+    return getattr(args, "prefill_attention_backend", None) or args.attention_backend
+
+
+def release_backend(host: Any) -> dict:
+    """The class the release's own registry builds for the runner's prefill attention backend
+    (``ATTENTION_BACKENDS[name](runner)``, stopped at the construction, which needs a GPU) and
+    its answers to ``CAPABILITIES`` where it holds a value (not a property); ``unread`` says why
+    where the factory stopped before (empty where the release has no such registry)."""
+    registry = attribute("sglang.srt.layers.attention.attention_registry", "ATTENTION_BACKENDS")
+    base = attribute("sglang.srt.layers.attention.base_attn_backend", "AttentionBackend")
+    name = prefill_backend_name(host.server_args)
+    if not registry or base is None or name not in registry:
+        return {}
+
+    def stopped(cls: type, *args: Any, **kwargs: Any) -> Any:
+        if isinstance(cls, type) and issubclass(cls, base):
+            raise _Built(cls)
+        return type.__call__(cls, *args, **kwargs)
+
+    try:
+        with target.attribute_replaced(type(base), "__call__", stopped):
+            registry[name](host)
+    except _Built as built:
+        cls = built.args[0]
+        held = {c: inspect.getattr_static(cls, c, None) for c in CAPABILITIES}
+        return {"name": name, "class": f"{cls.__module__}.{cls.__qualname__}",
+                "capabilities": {c: v for c, v in held.items() if isinstance(v, bool)}}  # fmt: skip
+    except Exception as exc:  # the factory asked the host for what it lacks: the class is unread
+        return {"name": name, "unread": f"{type(exc).__name__}: {exc}"}
+    return {"name": name, "unread": "the factory built no attention backend"}
 
 
 class KVPool:

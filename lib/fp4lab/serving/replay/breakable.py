@@ -13,12 +13,12 @@ operators it dispatches, with their tensors, and replays them in place.
 Then, per compared bucket, the runner's static input ids get fresh values, the captured forward
 runs eagerly and the backend's own ``replay`` (segments and breaks in order) runs in the runner's
 forward context; the two outputs are compared. Inside an open segment the recorder flags what a
-real capture refuses: a host sync (``HOST_SYNCS``, ``torch.cuda.synchronize``)."""
+real capture refuses (``segments``): a host sync (a GPU tensor's value read or copied to the
+host, ``torch.cuda.synchronize``)."""
 
 from __future__ import annotations
 
 import contextlib
-import traceback
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +28,16 @@ import torch
 from fp4lab.compile import frames, target
 from fp4lab.compile.audit import simulation
 from fp4lab.serving.capture import recorder
-from fp4lab.serving.replay import breakable_outcome, inside, kernels, replayed, reworked
+from fp4lab.serving.replay import (
+    attention,
+    breakable_outcome,
+    devices,
+    inside,
+    kernels,
+    replayed,
+    reworked,
+    segments,
+)
 from fp4lab.serving.replay.failed import failure
 
 BACKENDS = {"breakable": ("sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend",
@@ -38,11 +47,10 @@ BACKENDS = {"breakable": ("sglang.srt.model_executor.runner_backend.breakable_cu
 """Each prefill graph captured here: the module and class of the release's backend for it."""
 GRAPH = "sglang.srt.model_executor.runner_backend_utils.breakable_cuda_graph.breakable_cuda_graph"
 
-HOST_SYNCS = {torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero}
-"""Operators that wait for the GPU (``.item()``, ``nonzero``): a capturing stream refuses them."""
-
 COMPARED = 3
-"""Buckets replayed and compared with eager: the smallest captured ones, after every capture."""
+"""Buckets replayed and compared with eager: the smallest captured ones of the plain shape (a
+variant, such as 0.5.2x's chunked-prefix graphs, is captured, not compared), after every
+capture."""
 
 CAPTURE_STANDINS = [
     kernels.record("breakable_segment_recorder", "torch.cuda.CUDAGraph (capture_begin, "
@@ -62,7 +70,8 @@ CAPTURE_STANDINS = [
                    "allocator (nothing is allocated in the cache)"),
     kernels.record("release_attention_defaults", "layers.attention.base_attn_backend.AttentionBackend",
                    "the stand-in attention backend takes the release's base class's defaults for "
-                   "what a prefill graph runner asks of it"),
+                   "what a prefill graph runner asks of it, and the answers of the class the "
+                   "release's registry builds where that class holds them"),
     kernels.record("replay_inputs", "PrefillCudaGraphRunner.load_batch",
                    "a replay writes fresh input ids into the runner's static slot and runs in "
                    "the runner's forward context for the captured batch, where load_batch would "
@@ -70,98 +79,27 @@ CAPTURE_STANDINS = [
 ]  # fmt: skip
 
 
-@dataclass
-class Capture:
-    """What the segments saw: the open segment's bucket and index, and the flags (each what a
-    real capture refuses, where: its bucket, segment and the frame that asked)."""
-
-    bucket: int = 0
-    segment: int = 0
-    open: bool = False
-    flags: list[dict] = field(default_factory=list)
-
-    def flag(self, what: str) -> None:
-        frame = _release_frame(traceback.extract_stack()[:-2])
-        self.flags.append({"what": what, "bucket": self.bucket, "segment": self.segment,
-                           "frame": frame})  # fmt: skip
-
-
-def _release_frame(stack: list[traceback.FrameSummary]) -> str:
-    """The deepest frame outside torch and fp4lab (its recorder, stand-ins): the code that asked."""
-    for f in reversed(stack):
-        where = frames.relative_path(f.filename)
-        if not where.startswith(("torch/", "fp4lab/")):
-            return f"{where}:{f.lineno}:{f.name}"
-    return "unknown"
-
-
-class _Watching(recorder._Recording):
-    """The recorder's mode, flagging host syncs into ``capture``."""
-
-    def __init__(self, into: recorder.RecordedGraph, capture: Capture) -> None:
-        super().__init__(into)
-        self.capture = capture
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if func.overloadpacket in HOST_SYNCS:
-            self.capture.flag(f"host sync {func.overloadpacket.__name__}")
-        return super().__torch_dispatch__(func, types, args, kwargs)
-
-
-def segment_class(capture: Capture) -> type:
-    """``torch.cuda.CUDAGraph`` for the breakable capture: ``capture_begin`` opens a recording,
-    ``capture_end`` closes it, ``replay`` re-runs it (``recorder.RecordedGraph``)."""
-
-    class Segment(recorder.RecordedGraph):
-        def __init__(self, keep_graph: bool = False) -> None:
-            super().__init__()
-            self.mode: _Watching | None = None
-
-        def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
-            capture.segment, capture.open = capture.segment + 1, True
-            self.mode = _Watching(self, capture)
-            self.mode.__enter__()
-
-        def capture_end(self) -> None:
-            if self.mode is None:
-                raise RuntimeError("capture_end without capture_begin")
-            self.mode.__exit__(None, None, None)
-            self.mode, capture.open = None, False
-
-        def instantiate(self) -> None:
-            return None
-
-    return Segment
-
-
-def whole_class(capture: Capture) -> type:
-    """``torch.cuda.graph`` for the full capture: the whole block one recorded graph."""
-
-    class Whole(recorder.graph):
-        def __init__(
-            self, cuda_graph: Any, pool: Any = None, stream: Any = None, **kwargs: Any
-        ) -> None:
-            self.mode = _Watching(cuda_graph, capture)
-
-        def __enter__(self) -> None:
-            capture.segment, capture.open = capture.segment + 1, True
-            self.mode.__enter__()
-
-        def __exit__(self, *exc: object) -> None:
-            self.mode.__exit__(*exc)
-            capture.open = False
-
-    return Whole
-
-
-def _attention_defaults(host: Any) -> None:
-    """The stand-in attention backend with the release's base class under it (its defaults)."""
+def _attention_defaults(host: Any, capture: segments.Capture) -> dict:
+    """The stand-in attention backend with the release's base class under it (its defaults),
+    answering ``attention.CAPABILITIES`` as the class the release builds does, each question
+    asked kept in ``capture.asked``; returns that class and its answers
+    (``attention.release_backend``)."""
     base = kernels.attribute("sglang.srt.layers.attention.base_attn_backend", "AttentionBackend")
     ours = type(host.attn_backend)
+    real = attention.release_backend(host)
+
+    def answer(name: str, value: bool) -> property:
+        def asked(self: Any) -> bool:
+            capture.asked[name] = value
+            return value
+
+        return property(asked)
+
     if base is not None and not issubclass(ours, base):
-        host.attn_backend.__class__ = type(
-            breakable_outcome.STAND_IN, (ours, base), {"__abstractmethods__": frozenset()}
-        )
+        borrowed = {c: answer(c, v) for c, v in real.get("capabilities", {}).items()}
+        host.attn_backend.__class__ = type(breakable_outcome.STAND_IN, (ours, base),
+                                           {"__abstractmethods__": frozenset(), **borrowed})  # fmt: skip
+    return real
 
 
 @dataclass
@@ -173,7 +111,7 @@ class Captured:
 
 
 @contextlib.contextmanager
-def _boundary(sm: tuple[int, int], capture: Capture, captured: Captured) -> Iterator[None]:
+def _boundary(sm: tuple[int, int], capture: segments.Capture, captured: Captured) -> Iterator[None]:
     """The capture's boundary stood in for (``CAPTURE_STANDINS``), each bucket's forward and
     batch kept, the synchronize calls inside an open segment flagged."""
     backends = [kernels.attribute(*where) for where in BACKENDS.values()]
@@ -208,7 +146,7 @@ def _boundary(sm: tuple[int, int], capture: Capture, captured: Captured) -> Iter
         for name in ("stream_id", "cuda_stream"):  # what the capture asks a stream for
             stack.enter_context(target.attribute_replaced(torch.cpu.Stream, name, property(id)))
         stack.enter_context(
-            target.attribute_replaced(torch.cuda, "CUDAGraph", segment_class(capture))
+            target.attribute_replaced(torch.cuda, "CUDAGraph", segments.segment_class(capture))
         )
         stack.enter_context(
             target.attribute_replaced(torch.cuda, "synchronize", watched_synchronize)
@@ -216,7 +154,9 @@ def _boundary(sm: tuple[int, int], capture: Capture, captured: Captured) -> Iter
         stack.enter_context(target.attribute_replaced(graph_module, "_is_stream_capturing",
                                                       lambda stream: False))  # fmt: skip
         for module in (torch.cuda, torch.cpu):  # the runner's device module is the host's CPU
-            stack.enter_context(target.attribute_replaced(module, "graph", whole_class(capture)))
+            stack.enter_context(
+                target.attribute_replaced(module, "graph", segments.whole_class(capture))
+            )
         for backend in filter(None, backends):
             stack.enter_context(target.attribute_replaced(backend, "capture_one",
                                                           kept(backend.capture_one)))  # fmt: skip
@@ -236,16 +176,23 @@ def _break_name(replay_fn: Any) -> str:
     return f"{frames.relative_path(code.co_filename)}:{code.co_firstlineno}:{code.co_name}"
 
 
+def _variant(key: Any) -> str | None:
+    """A captured shape's variant (0.5.2x: a prefix or attention variant; None: the plain one)."""
+    return getattr(key, "variant_label", None) or getattr(key, "attention_variant", None)
+
+
 def drive(host: Any, sm: tuple[int, int]) -> dict:
     """The release's capture of every bucket, then ``COMPARED`` replays against eager;
     never raises for what the release does (a failure is the record's ``blocked``)."""
-    capture, captured = Capture(), Captured()
-    _attention_defaults(host)
+    capture, captured = segments.Capture(), Captured()
     host.token_to_kv_pool_allocator, host.page_size = None, host.server_args.page_size
     if hasattr(host, "init_kv_index_translator"):  # 0.5.2x
         host.init_kv_index_translator()
     found: dict[str, Any] = {"standins": CAPTURE_STANDINS}
-    with torch.no_grad(), _boundary(sm, capture, captured):
+    capture.gpu = devices.OnGpu(capture.copied_to_host)
+    capture.gpu.mark(devices.resident(host))
+    with torch.no_grad(), _boundary(sm, capture, captured), capture.gpu:
+        real = _attention_defaults(host, capture)  # the factory reads the simulated GPU
         try:
             host.init_cuda_graphs(capture_decode_cuda_graph=False)
         except Exception as exc:  # the release's capture failed: what is measured
@@ -257,14 +204,21 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
         graphs = getattr(getattr(runner, "backend", None), "_graphs", {})
         found["backend"] = type(getattr(runner, "backend", None)).__name__
         found["buckets"] = [  # a full graph is one segment with no breaks
-            {"bucket": key.size, "segments": len(getattr(graph, "_segments", [graph])),
+            {"bucket": key.size, "variant": _variant(key),
+             "segments": len(getattr(graph, "_segments", [graph])),
              "ops_per_segment": [len(s.ops) for s in getattr(graph, "_segments", [graph])],
              "breaks": [_break_name(fn) for fn in getattr(graph, "_break_fns", [])]}
             for key, graph in graphs.items()
         ]  # fmt: skip
         found["flags"] = capture.flags
+        found["host_reads"] = [  # each frame once: where a host value is frozen into a graph
+            {**r, "times": sum(o["frame"] == r["frame"] for o in capture.host_reads)}
+            for r in {r["frame"]: r for r in reversed(capture.host_reads)}.values()
+        ]
+        found["attention"] = real | {"asked": capture.asked}
         if "blocked" not in found and graphs:
             generator = torch.Generator().manual_seed(1)
-            keys = sorted(graphs, key=lambda k: k.size)[:COMPARED]
+            plain = [k for k in graphs if _variant(k) is None] or list(graphs)
+            keys = sorted(plain, key=lambda k: k.size)[:COMPARED]
             found["replays"] = [replayed.compare(runner, captured, key, generator) for key in keys]
     return found

@@ -29,6 +29,12 @@ def capture_outcome(found: dict) -> tuple[str, str]:
                 "not measured",
                 f"fp4lab's own stand-in stopped it: {stop['error']} [at {stop['frames'][-1]}]",
             )
+        if borrowed_stop(found):
+            real = found["attention"]["class"].rsplit(".", 1)[-1]
+            return "blocked", (f"{where.replace(STAND_IN, real)} (the release's own rule on "
+                               f"{real}'s answer: " + ", ".join(
+                                   f"{k} = {v}" for k, v in found["attention"]["asked"].items())
+                               + ")")  # fmt: skip
         if STAND_IN in stop["error"] or stop.get("harness_object"):
             return "not measured", f"the release asked fp4lab's stand-in for what it lacks: {where}"
         if any(w in stop["error"] for w in NO_CPU_KERNEL):
@@ -45,10 +51,25 @@ def capture_outcome(found: dict) -> tuple[str, str]:
     if wrong:
         return "wrong output", ", ".join(f"bucket {r['bucket']}: max |diff| {r['max_abs_diff']:.3g}"
                                          for r in wrong)  # fmt: skip
+    variants = sum(bool(b.get("variant")) for b in found["buckets"])
+    reads = [r["frame"] for r in found.get("host_reads") or []]
     return "works", (
-        f"{len(found['buckets'])} buckets captured; "
-        f"{', '.join(str(r['bucket']) for r in replays)} replayed equal to eager"
-    )
+        f"{len(found['buckets']) - variants} buckets captured"
+        + (f" (and {variants} variant graphs, not compared)" if variants else "")
+        + f"; {', '.join(str(r['bucket']) for r in replays)} replayed equal to eager"
+        + (f"; host values read inside segments are frozen into the graph at {', '.join(reads)} "
+           "(replayed with the captured lengths only)" if reads else "")
+    )  # fmt: skip
+
+
+def borrowed_stop(found: dict) -> bool:
+    """Whether the capture stopped at the release's own assertion on an answer the stand-in
+    attention backend gave as the class the release builds gives it (``attention.CAPABILITIES``):
+    then the real backend stops it the same way."""
+    stop, asked = found.get("blocked") or {}, (found.get("attention") or {}).get("asked")
+    said, deepest = stop.get("error", ""), (stop.get("frames") or [""])[-1]
+    return bool(asked) and said.startswith("AssertionError") and STAND_IN in said and (
+        deepest.startswith("sglang/") and not stop.get("harness_object"))  # fmt: skip
 
 
 MEASURED = ("works", "blocked", "wrong output")
@@ -81,27 +102,38 @@ def outcome(replay: dict, graph: str = "breakable") -> tuple[str, str]:
     return result, why
 
 
-def fields(replay: dict) -> dict:
-    """A decision row's breakable columns from a replay's ``breakable_walk``: the outcome ("not
-    applicable" where the release has no breakable graphs), why, the flag a user passes, the
-    segments and breaks of the largest bucket, and the evidence."""
-    walk = replay.get("breakable_walk")
+def fields(replay: dict, graph: str = "breakable") -> dict:
+    """A decision row's columns of the captured prefill graph ``graph`` (``flags.CAPTURED``) from
+    a replay's ``<graph>_walk``, each named ``<graph>...``: the outcome ("not applicable" where
+    the release has no such backend), why, the flag a user passes, the segments and breaks of the
+    largest bucket, its breaks per forward and per decoder layer, and the evidence."""
+    walk = replay.get(f"{graph}_walk")
     if walk is None:
-        return {"breakable": "not applicable", "breakable_note": "the release has no breakable "
-                "prefill graph backend", "breakable_flag": None, "breakable_segments": None,
-                "breakable_breaks": [], "breakable_evidence": []}  # fmt: skip
-    result, why = outcome(walk)
-    buckets = (walk.get("breakable") or {}).get("buckets") or []
+        return {graph: "not applicable", f"{graph}_note": f"the release has no {graph} prefill "
+                "graph backend", f"{graph}_flag": None, f"{graph}_segments": None,
+                f"{graph}_breaks": [], f"{graph}_break_count": None,
+                f"{graph}_breaks_per_layer": None,
+                f"{graph}_evidence": []}  # fmt: skip
+    result, why = outcome(walk, graph)
+    buckets = [b for b in (walk.get(graph) or {}).get("buckets") or [] if not b.get("variant")]
     largest = max(buckets, key=lambda b: b["bucket"], default=None)
-    return {"breakable": result, "breakable_note": why,
-            "breakable_flag": flags.read(walk, "breakable")["flag"],
-            "breakable_segments": largest["segments"] if largest else None,
-            "breakable_breaks": sorted(set(largest["breaks"])) if largest else [],
-            "breakable_evidence": ["simulated_capture"] if largest else []}  # fmt: skip
+    layers = (walk.get("facts") or {}).get("layers")
+    return {graph: result, f"{graph}_note": why, f"{graph}_flag": flags.read(walk, graph)["flag"],
+            f"{graph}_segments": largest["segments"] if largest else None,
+            f"{graph}_breaks": sorted(set(largest["breaks"])) if largest else [],
+            f"{graph}_break_count": len(largest["breaks"]) if largest else None,
+            f"{graph}_breaks_per_layer": round(len(largest["breaks"]) / layers, 2)
+            if largest and layers else None,
+            f"{graph}_evidence": ["simulated_capture"] if largest else []}  # fmt: skip
+
+
+def captured_fields(replay: dict) -> dict:
+    """A decision row's columns of every captured prefill graph (``fields`` of each)."""
+    return {k: v for graph in flags.CAPTURED for k, v in fields(replay, graph).items()}
 
 
 def evidence_of(rows: list[dict]) -> list[str]:
-    """Every level the rows reached: their tc_piecewise cells' and their breakable captures'."""
+    """Every level the rows reached: their tc_piecewise cells' and their captures'."""
     return evidence.of_values(
-        [*rows, *({"evidence": r.get("breakable_evidence") or []} for r in rows)]
+        [*rows, *({"evidence": r.get(f"{g}_evidence") or []} for r in rows for g in flags.CAPTURED)]
     )

@@ -75,9 +75,7 @@ def answer(model: models.Model, version: str, sm: str, replay: dict) -> tuple[di
     return row, lines
 
 
-BACKENDS = ("default", "breakable", "full", "tc_piecewise")
-CAPTURED = ("breakable", "full")
-"""The prefill graphs the release's runner captures (``breakable.drive``), not compiled."""
+BACKENDS = ("default", *flags.CAPTURED, "tc_piecewise")
 """What ``--backend`` accepts: the release's own default, or one prefill graph."""
 
 
@@ -95,10 +93,13 @@ def captured_lines(model: models.Model, version: str, sm: str, replay: dict,
                  f"{found.get('backend')}; segments recorded where CUDA would capture)")  # fmt: skip
     for b in found.get("buckets", []):
         breaks = ", ".join(dict.fromkeys(b["breaks"])) or "none"
-        lines.append(f"  bucket {b['bucket']}: {b['segments']} segments, {len(b['breaks'])} breaks "
-                     f"({breaks})")  # fmt: skip
+        variant = f" ({b['variant']})" if b.get("variant") else ""
+        lines.append(f"  bucket {b['bucket']}{variant}: {b['segments']} segments, "
+                     f"{len(b['breaks'])} breaks ({breaks})")  # fmt: skip
     lines += [f"  flagged: {f['what']} in segment {f['segment']} of bucket {f['bucket']} at "
               f"{f['frame']}" for f in found.get("flags", [])]  # fmt: skip
+    lines += [f"  host value read in a segment (frozen into the graph, allowed): {r['frame']} "
+              f"({r['times']} times)" for r in found.get("host_reads", [])]  # fmt: skip
     lines += [f"  replay of bucket {r['bucket']}: max |diff| vs eager {r['max_abs_diff']:.3g}"
               for r in found.get("replays", [])]  # fmt: skip
     lines += [f"  kernel {k['kernel']} on SM{sm}: {k['available']} ({k['evidence']})"
@@ -109,6 +110,11 @@ def captured_lines(model: models.Model, version: str, sm: str, replay: dict,
         lines.append(f"  attention: fp4lab's stand-in ran in place of the backend the release "
                      f"resolved ({', '.join(f'{k}={v}' for k, v in chosen.items()) or 'unknown'}); "
                      f"that backend's kernels were not run or checked")  # fmt: skip
+    real = found.get("attention") or {}
+    if real.get("class"):
+        asked = ", ".join(f"{k} = {v}" for k, v in real.get("asked", {}).items())
+        lines.append(f"  attention class the release builds: {real['class']}"
+                     + (f"; the runner asked it {asked} (the class's own answer)" if asked else ""))  # fmt: skip
     lines.append(f"  stand-ins reached: {', '.join(replay.get('standins_reached', [])) or 'none'}")
     return result, lines
 
@@ -121,14 +127,14 @@ def check(model: models.Model, version: str, sm: str, trace_dir: Path | None,
     if not built.ok:
         progress(f"error: sglang=={version}: {built.error}")
         return 1
-    if backend in CAPTURED and not env.has_backend(version, backend):
+    if backend in flags.CAPTURED and not env.has_backend(version, backend):
         progress(f"SGLang {version} has no {backend} prefill graph backend (none in its files)")
         return 1
     if backend != "tc_piecewise" and env.has_backend(version, "breakable"):
         found = pool.replay_one(version, sm, model, walk="breakable")
         default = flags.read(found)
         graph = default["default_prefill"] if backend == "default" else backend
-        if graph in CAPTURED:
+        if graph in flags.CAPTURED:
             progress(f"SGLang {version} gives {model.name} on SM{sm} "
                      f"{default['default_prefill'] or 'an unknown prefill graph'} by default "
                      f"({default['default_rule'] or 'its resolution not recorded'})")  # fmt: skip

@@ -42,6 +42,7 @@ from fp4lab.core import evidence, forks, paths, probe
 from fp4lab.serving.replay import (
     availability,
     facts,
+    flags,
     forward,
     kernels,
     model,
@@ -197,10 +198,9 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
             "frames": data["frames"][-6:], "kernel": ran.kernel}  # fmt: skip
 
 
-CAPTURED = ("breakable", "full")
-MODES = ("story", "chain", "patch", *CAPTURED)
+MODES = ("story", "chain", "patch", *flags.CAPTURED)
 """What a replay walks (the module docstring): ``patch``, ``chain``, ``story``, or a captured
-prefill graph (``CAPTURED``, no eager pass)."""
+prefill graph (``flags.CAPTURED``, no eager pass)."""
 
 MODEL_TIMEOUT_S = 480
 """The longest one model's replay (its fork) may take."""
@@ -236,16 +236,16 @@ def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
     found: dict[str, Any] = {}
     given = models.read(checkpoint)
     found["architecture"] = given.architecture
-    found["resolution"], flags = model.resolved(release, checkpoint)
-    if mode in CAPTURED:
+    found["resolution"], reaching = model.resolved(release, checkpoint)
+    if mode in flags.CAPTURED:
         return prefill_walk.walk(release, checkpoint, found, refused, mode) | facts.release_rules()
     try:
-        built = model.build(release, checkpoint, model.command_line(given, flags or []))
+        built = model.build(release, checkpoint, model.command_line(given, reaching or []))
     except Exception as exc:  # recorded: the exact obstacle on this machine
         return found | build_failed(exc, given.architecture)
     found |= {"facts": built.facts, "standins": built.standins,
               "build_seconds": round(built.seconds, 1)}  # fmt: skip
-    if flags is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
+    if reaching is None:  # no option reaches torch.compile piecewise graphs: nothing to drive
         return found | {"not_driven": "no option reaches tc_piecewise"} | facts.release_rules()
     found["standins"] = [*built.standins, *runner.standins(built)]
     try:

@@ -60,6 +60,28 @@ def fp4_gemm(x, weight, x_scale, weight_scale, alpha, out_dtype, out_features) -
     return ((a @ dequantize(codes, scales).T) * alpha.float()).to(out_dtype)
 
 
+def nvfp4_gemm_swiglu_quant(a, a_scale, b, b_scale, alpha, output_global_scale, *, out=None,
+                            out_scale=None, **options: Any) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """SGLang's fused NVFP4 FC1 GEMM + SwiGLU + NVFP4 quantize (SM100 CuTe DSL, 0.5.17 on) by its
+    definition: ``fp4_gemm`` over the interleaved weight ([up 64 rows][gate 64 rows]...), up *
+    silu(gate) in float32, quantized by fp4lab's reference with the output global scale into
+    codes [M, I/2] and swizzled float8 scales."""
+    acc = fp4_gemm(a, b, a_scale, b_scale, alpha, torch.float32, b.shape[0])
+    pairs = acc.view(acc.shape[0], -1, 2, 64)
+    hidden = (pairs[:, :, 0] * torch.nn.functional.silu(pairs[:, :, 1])).reshape(acc.shape[0], -1)
+    codes, scales = fp4_bytes(hidden, output_global_scale, True)
+    out = codes if out is None else out.copy_(codes)
+    scales = scales.view(torch.float8_e4m3fn)
+    return out, scales if out_scale is None else out_scale.copy_(scales)
+
+
+def concat_and_cast_mha_k(k: torch.Tensor, k_nope: torch.Tensor, k_rope: torch.Tensor) -> None:
+    """SGLang's Triton MLA key concat (DeepSeek's MHA prefill): ``k`` = [k_nope, k_rope] per head,
+    the one rope head broadcast, cast to ``k``'s dtype."""
+    k[..., : k_nope.shape[-1]] = k_nope
+    k[..., k_nope.shape[-1] :] = k_rope
+
+
 def rope(positions, x, head_size, cache, is_neox) -> None:
     if x is None:
         return

@@ -8,6 +8,9 @@ from __future__ import annotations
 NEEDED, UNREACHED, UNKNOWN = "none needed", "none reaches it", "unknown"
 """A flag cell where no flag is needed, where no command line reaches the graph, and where the
 resolution was not recorded (the release did not import here)."""
+CAPTURED = ("breakable", "full")
+"""The prefill graphs a release captures through its own runner and backend, walked wherever the
+release has that backend (a child's walk, ``prefill_walk``; the outcome, ``breakable_outcome``)."""
 
 
 def rule_text(resolved: dict) -> str:

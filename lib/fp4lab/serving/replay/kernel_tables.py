@@ -11,7 +11,7 @@ from collections.abc import Callable
 
 import torch
 
-from fp4lab.serving.replay import cpu_kernels, cpu_moe_kernels
+from fp4lab.serving.replay import cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
 from fp4lab.serving.replay.reached import counted
 
 SGL_KERNEL_OPS = {
@@ -217,6 +217,17 @@ EAGER_ONLY = (
     ("sglang.srt.layers.moe.fused_moe_triton.layer", "trtllm_fp4_block_scale_moe",
      cpu_moe_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
     ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe", cpu_moe_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
+    *((module, "nvfp4_gemm_swiglu_nvfp4_quant", cpu_kernels.nvfp4_gemm_swiglu_quant,
+       "SGLang's SM100 CuTe-DSL FC1 NVFP4 GEMM + SwiGLU + NVFP4 quantize (the shared/dense MLP, "
+       "0.5.17 on): the GEMM on fp4lab's dequantize-matmul, SwiGLU and reference quantize")
+      for module in ("sglang.srt.layers.quantization.nvfp4_gemm_swiglu_nvfp4_quant",
+                     "sglang.kernels.ops.quantization.nvfp4_gemm_swiglu_nvfp4_quant",
+                     "sglang.kernels.ops.gemm.nvfp4_gemm_swiglu_nvfp4_quant")),
+    *((module, "concat_and_cast_mha_k_triton", cpu_kernels.concat_and_cast_mha_k,
+       "SGLang's Triton MLA key concat (DeepSeek's MHA prefill, as its model binds it): the "
+       "concat and cast in torch")
+      for module in ("sglang.srt.models.deepseek_common.attention_forward_methods.forward_mha",
+                     "sglang.srt.models.deepseek_v2")),
     ("flashinfer.fused_moe", "cutlass_fused_moe", cpu_moe_kernels.cutlass_fused_moe_zero,
      "FlashInfer's CUTLASS NVFP4 fused MoE: no CPU reference for its packed weight layout, the "
      "routed experts contribute zero (the MoE's numerics are not checked where this runs)"),
@@ -236,6 +247,8 @@ BINDS_FLASHINFER_QUANTIZE = (
 FP4 MoE layer, the TRT-LLM MoE runner), depending on the release and the SM."""
 
 
+CHUNKED_PREFIX = cpu_graph_kernels.Launch(cpu_graph_kernels.chunked_prefix_kv_indices)
+"""The chunked-prefix KV gather as a Triton launch (``kernel[grid](*args)``)."""
 REPLACED = (
     ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.3-0.5.12), traced and run: one opaque op "
@@ -259,6 +272,12 @@ REPLACED = (
      "SGLang's Triton MoE router at its 0.5.1x home, traced and run: SGLang's own torch grouped "
      "top-k (biased_grouped_topk_impl) behind one opaque op; SGLang's Python wrapper around the "
      "launch is not traced here, nor whether dynamo takes the launch"),
+    *((module, "create_chunked_prefix_cache_kv_indices", CHUNKED_PREFIX,
+       "SGLang's Triton gather of a chunk's KV slots (0.5.2x full prefill graphs with chunked "
+       "prefix, DeepSeek's MHA prefix chunks), launched as kernel[grid]: the gather in torch")
+      for module in ("sglang.srt.model_executor.runner.prefill_cuda_graph_runner",
+                     "sglang.srt.model_executor.runner.eager_runner",
+                     "sglang.srt.model_executor.forward_batch_deepseek_mha_mixin")),
     ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", cpu_moe_kernels.marlin_workspace,
      "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
     ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",

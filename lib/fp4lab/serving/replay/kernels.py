@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from fp4lab.core import paths
-from fp4lab.serving.replay import cpu_kernels
+from fp4lab.serving.replay import cpu_graph_kernels, cpu_kernels
 from fp4lab.serving.replay import kernel_tables as tables
 from fp4lab.serving.replay.reached import counted
 
@@ -164,7 +164,9 @@ def _installed(table: tuple, suffix: str) -> list[dict]:
     done = []
     for module, name, cpu, why in table:
         if attribute(module, name) is not None:
-            setattr(importlib.import_module(module), name, counted(f"{module}.{name}", cpu))
+            launch = isinstance(cpu, cpu_graph_kernels.Launch)  # a Triton kernel[grid] launch
+            setattr(importlib.import_module(module), name, cpu.counted(f"{module}.{name}")
+                    if launch else counted(f"{module}.{name}", cpu))  # fmt: skip
             done.append(record(f"{name}_{suffix}", f"{module}.{name}", why, [f"{module}.{name}"]))
     return done
 

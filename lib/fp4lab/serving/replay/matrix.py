@@ -16,7 +16,7 @@ from collections.abc import Callable
 
 from fp4lab.core import records
 from fp4lab.core.progress import say
-from fp4lab.serving.replay import breakable_outcome, decide, models, pool, timeline, versions
+from fp4lab.serving.replay import breakable_outcome, decide, flags, models, pool, timeline, versions
 
 NAME = "14_fp4_model_matrix"
 
@@ -38,7 +38,7 @@ def row(model: models.Model, version: str, sm: str, replay: dict, calls: list[di
             "blocker_frames": decide.blocker_frames(replay),
             "standins": sorted({s["name"] for s in replay.get("standins", [])}),
             "standins_reached": replay.get("standins_reached", []),
-            **breakable_outcome.fields(replay),
+            **breakable_outcome.captured_fields(replay),
             "kept": replay.get("kept")}  # fmt: skip
 
 
@@ -87,7 +87,7 @@ def counts(rows: list[dict]) -> dict[str, int]:
 
 def decision(rows: list[dict]) -> dict:
     """The report's verdict over the matrix: per model, the cells that compile as released, and
-    those blocked; never more than the traced cells say; and the breakable cells' outcomes."""
+    those blocked; never more than the traced cells say; and each captured graph's outcomes."""
     reachable = [r for r in rows if r["outcome"] in decide.MEASURED]
     blocked = [r for r in reachable if r["outcome"] == "blocked"]
     works = [r for r in reachable if r["outcome"] == "compiles"]
@@ -105,13 +105,14 @@ def decision(rows: list[dict]) -> dict:
         + (f", {wrong} wrong output" if wrong else "")
         + (f", {missing} kernel unavailable" if missing else "")
     )
-    captured = [r for r in rows if r.get("breakable") not in (None, "not applicable")]
-    tally = collections.Counter(r["breakable"] for r in captured)
-    if captured:  # the releases' breakable graphs, captured by their own runner (simulated)
-        said = [f"{tally['works']} of {len(captured)} cells work",
+    tallies = {}
+    for graph in flags.CAPTURED:  # the releases' captured graphs, by their own runner (simulated)
+        captured = [r for r in rows if r.get(graph) not in (None, "not applicable")]
+        tallies[graph] = tally = dict(collections.Counter(r[graph] for r in captured))
+        said = [f"{tally.get('works', 0)} of {len(captured)} cells work",
                 *(f"{n} {o}" for o, n in tally.items() if o != "works")]  # fmt: skip
-        number += f"; breakable graphs (simulated capture): {', '.join(said)}"
-    return {"verdict": verdict, "number": number, "why": per, "breakable": dict(tally)}
+        number += f"; {graph} graphs (simulated capture): {', '.join(said)}" if captured else ""
+    return {"verdict": verdict, "number": number, "why": per, **tallies}
 
 
 def verdict(rows: list[dict]) -> str:

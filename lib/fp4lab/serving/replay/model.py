@@ -274,6 +274,7 @@ def build(release: Release, checkpoint: Path, flags: list[str]) -> Built:
     )
     standins += [*kernels.replaced_kernels(), attention.ATTENTION, attention.KV_POOL]
     facts = {**_facts(model), "architecture": architecture,
+             "layers": getattr(model_config, "num_hidden_layers", None),
              "quantization": given.method, "layout": found.as_record(),
              "loader": type(loader).__name__, "server_args": backends,
              "simulated_gpu": release.patched,

@@ -9,7 +9,7 @@ import textwrap
 from pathlib import Path
 
 from fp4lab.core import figures, glm5, records
-from fp4lab.serving.replay import breakable_outcome, decide, timeline, versions
+from fp4lab.serving.replay import breakable_outcome, decide, flags, timeline, versions
 from fp4lab.serving.replay.tables import patch_text
 
 COLOURS = dict(
@@ -75,20 +75,23 @@ MARKS = {"compiles": "ok", "wrong output": "W", "kernel unavailable": "K", "not 
 """What a grid cell of each outcome but "blocked" says (a blocked cell names its blocker)."""
 
 
-BREAKABLE_AS = {"works": "compiles"}
-"""A breakable cell's outcome as the colours and marks name it (works: the compiles colour)."""
+CAPTURED_AS = {"works": "compiles"}
+"""A captured graph's outcome as the colours and marks name it (works: the compiles colour)."""
 
 
-def captured(rows: list[dict]) -> bool:
-    """Whether any row has a breakable outcome of its own (the release has breakable graphs)."""
-    return any(r.get("breakable") not in (None, "not applicable") for r in rows)
+def lane_graphs(rows: list[dict]) -> tuple[str, ...]:
+    """The lanes per SM or model: tc_piecewise, then each captured graph (``flags.CAPTURED``)
+    that some release has (a row with an outcome of its own)."""
+    return ("tc_piecewise", *(g for g in flags.CAPTURED
+                              if any(r.get(g) not in (None, "not applicable") for r in rows)))  # fmt: skip
 
 
-def draw_breakable(ax: object, row: dict, x: int, y: int, fontsize: float) -> None:
-    """A breakable lane's cell at (x, y): its outcome's colour and mark ("b" where blocked)."""
+def draw_captured(ax: object, row: dict, graph: str, x: int, y: int, fontsize: float) -> None:
+    """A captured graph's lane cell at (x, y): its outcome's colour and mark ("b" where
+    blocked)."""
     import matplotlib.pyplot as plt
 
-    said = BREAKABLE_AS.get(row.get("breakable") or "", row.get("breakable") or "not measured")
+    said = CAPTURED_AS.get(row.get(graph) or "", row.get(graph) or "not measured")
     ax.add_patch(plt.Rectangle((x, y), 0.94, 0.9, color=COLOURS.get(said, "#cccccc")))
     mark = "b" if said == "blocked" else MARKS.get(said, "?")
     ax.text(x + 0.47, y + 0.45, mark, ha="center", va="center", fontsize=fontsize, weight="bold")
@@ -105,14 +108,14 @@ def blocker_codes(rows: list[dict]) -> dict[str, str]:
 def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
     """The answer at a glance: SMs down, releases across (release order); per SM a lane coloured
     by the tc_piecewise outcome, a blocked cell lettered by its first blocker (the legend names
-    each), and under it the prefill graph the release gives with no flag; where any release has
-    breakable graphs, a second lane per SM with their outcome."""
+    each), and under it the prefill graph the release gives with no flag; under it a lane per
+    captured graph some release has (``lane_graphs``) with its outcome."""
     import matplotlib.pyplot as plt
 
     version_list = sorted(dict.fromkeys(r["sglang_version"] for r in rows), key=versions.order)
     sm_list = sorted({r["sm"] for r in rows}, key=lambda s: float(s))
-    lanes = [(sm, graph) for sm in sm_list
-             for graph in ("tc_piecewise", "breakable")[: 2 if captured(rows) else 1]]  # fmt: skip
+    graphs = lane_graphs(rows)
+    lanes = [(sm, graph) for sm in sm_list for graph in graphs]
     codes = blocker_codes(rows)
     fig, ax = plt.subplots(figsize=(0.55 * len(version_list) + 1.4, 0.62 * len(lanes) + 2.6))
     for r in rows:
@@ -123,8 +126,8 @@ def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
         ax.text(x + 0.47, y + 0.34, mark, ha="center", va="center", fontsize=8, weight="bold")
         given = GRAPH_SHORT.get(r.get("default_prefill") or "", "")
         ax.text(x + 0.47, y + 0.72, given, ha="center", va="center", fontsize=5.5)
-        if (r["sm"], "breakable") in lanes:
-            draw_breakable(ax, r, x, y + 1, 8)
+        for i, graph in enumerate(graphs[1:], 1):
+            draw_captured(ax, r, graph, x, y + i, 8)
     ax.set_xlim(0, len(version_list))
     ax.set_ylim(len(lanes), 0)
     ax.set_xticks([i + 0.47 for i in range(len(version_list))], version_list, rotation=90,
@@ -139,8 +142,9 @@ def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
                for name, c in codes.items()]  # fmt: skip
     fig.legend(handles=outcomes + letters, loc="lower left", bbox_to_anchor=(0.02, 0.0),
                ncol=2, fontsize=6.5, frameon=False)  # fmt: skip
-    ax.set_title(f"{model} through tc_piecewise (tc: traced) and breakable (brk: capture simulated, "
-                 "b: blocked) prefill graphs, per release and SM (CPU replay); small text: the "
+    ax.set_title(f"{model} through tc_piecewise (tc: traced), breakable and full (brk, full: "
+                 "capture simulated, b: blocked) prefill graphs, per release and SM (CPU replay); "
+                 "small text: the "
                  "prefill graph the release gives with no flag "
                  f"({', '.join(f'{v} = {k}' for k, v in GRAPH_SHORT.items())})", fontsize=7.5,
                  wrap=True)  # fmt: skip
@@ -160,14 +164,14 @@ def save_grid_figure(rows: list[dict], notebook: str) -> Path:
 
 
 def plot_matrix(rows: list[dict]) -> object:
-    """One panel per SM: models down (a tc_piecewise lane each and, where any release has
-    breakable graphs, a breakable lane), releases across (release order), each cell coloured by
+    """One panel per SM: models down (a tc_piecewise lane each and a lane per captured graph some
+    release has, ``lane_graphs``), releases across (release order), each cell coloured by
     outcome; "p" where fp4lab's patch makes a blocked cell compile."""
     import matplotlib.pyplot as plt
 
     names = list(dict.fromkeys(r["model"] for r in rows))
-    lanes = [(n, graph) for n in names
-             for graph in ("tc_piecewise", "breakable")[: 2 if captured(rows) else 1]]  # fmt: skip
+    graphs = lane_graphs(rows)
+    lanes = [(n, graph) for n in names for graph in graphs]
     version_list = sorted(dict.fromkeys(r["sglang_version"] for r in rows), key=versions.order)
     sm_list = sorted({r["sm"] for r in rows}, key=lambda s: float(s))
     fig, axes = plt.subplots(len(sm_list), 1, squeeze=False,
@@ -181,8 +185,8 @@ def plot_matrix(rows: list[dict]) -> object:
             ax.add_patch(plt.Rectangle((x, y), 0.95, 0.9, color=COLOURS.get(r["outcome"], "#ccc")))
             if r["outcome"] == "blocked" and r["compiles_with_patch"]:
                 ax.text(x + 0.47, y + 0.45, "p", ha="center", va="center", fontsize=7)
-            if (r["model"], "breakable") in lanes:
-                draw_breakable(ax, r, x, y + 1, 6)
+            for i, graph in enumerate(graphs[1:], 1):
+                draw_captured(ax, r, graph, x, y + i, 6)
         ax.set_xlim(0, len(version_list))
         ax.set_ylim(len(lanes), 0)
         ax.set_xticks([i + 0.47 for i in range(len(version_list))], version_list, rotation=90,
@@ -194,8 +198,8 @@ def plot_matrix(rows: list[dict]) -> object:
         handles=[plt.Rectangle((0, 0), 1, 1, color=c, label=o) for o, c in COLOURS.items()],
         loc="upper center", bbox_to_anchor=(0.5, -0.35), ncol=4, fontsize=7, frameon=False)  # fmt: skip
     fig.suptitle("Each FP4 model's own SGLang class through each release's prefill graph runner: "
-                 "tc_piecewise traced (p: fp4lab's patch makes it compile), breakable captured "
-                 "(simulated)", fontsize=9)  # fmt: skip
+                 "tc_piecewise traced (p: fp4lab's patch makes it compile), breakable and full "
+                 "captured (simulated)", fontsize=9)  # fmt: skip
     fig.tight_layout()
     return fig
 

@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 from fp4lab.core import paths, venvs
 from fp4lab.core.progress import say
 from fp4lab.serving import standins
-from fp4lab.serving.replay import breakable_outcome, env, kept, models, scan, versions
+from fp4lab.serving.replay import breakable_outcome, env, flags, kept, models, scan, versions
 
 CHILD_TIMEOUT_S = 600
 """The longest a child may take per walk it runs (``child.MODEL_TIMEOUT_S`` each, and the
@@ -87,16 +87,16 @@ def replay_one(version: str, sm: str, model: models.Model,
 
 
 def walks(version: str, sm: str, measured: list[models.Model], mode: str,
-          alongside: list[models.Model], breakable: bool = False) -> list[Walk]:  # fmt: skip
+          alongside: list[models.Model], graphs: tuple[str, ...] = ()) -> list[Walk]:  # fmt: skip
     """What one release x SM's child walks: each measured model's patch walk and, in ``chain``
     mode, its chain (the story's for GLM-5 on the story's release and SM); the patch walk of
-    each model ``alongside``; with ``breakable`` (the release has breakable graphs), every
-    model's breakable walk."""
+    each model ``alongside``; every model's capture of each prefill graph in ``graphs`` (those
+    of ``flags.CAPTURED`` whose backend the release has)."""
     story = (version, sm) == (versions.STORY_VERSION, versions.STORY_SM)
     chains = [(m, "story" if story and m.name == GLM5 else "chain")
               for m in measured if mode == "chain"]  # fmt: skip
     patched = [(m, "patch") for m in [*measured, *alongside]]
-    captured = [(m, "breakable") for m in [*measured, *alongside] if breakable]
+    captured = [(m, graph) for graph in graphs for m in [*measured, *alongside]]
     return list({(m.name, w): (m, w) for m, w in [*chains, *patched, *captured]}.values())
 
 
@@ -150,10 +150,10 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
                 continue
             package = standins.site_packages(str(compile_env.python)) / "sglang"
             run.calls = scan.cached(package, env.env_dir(version) / "venv" / SCANNED)
+            graphs = tuple(g for g in flags.CAPTURED if env.has_backend(version, g))
             for sm in sms:
                 job = _Job(run, sm, {}, {}, [])
-                for m, w in walks(version, sm, measured, mode, alongside or [],
-                                  env.has_backend(version, "breakable")):  # fmt: skip
+                for m, w in walks(version, sm, measured, mode, alongside or [], graphs):
                     job.keys[m.name, w] = kept.key(compile_env, m, w, cuda_home)
                     got = None if fresh else kept.taken(version, sm, m, w, job.keys[m.name, w])
                     job.missing += [] if got else [(m, w)]
@@ -177,7 +177,7 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
             fixed = replay.get("fix", {})
             what = replay.get("error") or replay.get("build_error") or (
                 f"runner not driven: {replay['not_driven']}" if replay.get("not_driven") else
-                breakable_outcome.outcome(replay)[0] if walk == "breakable" else
+                breakable_outcome.outcome(replay, walk)[0] if walk in flags.CAPTURED else
                 f"chain of {len(replay.get('chain', []))} steps" if walk != "patch" else
                 f"patch {fixed.get('parts')}, compiles {fixed.get('compiles')}")  # fmt: skip
             progress(f"  {one.label}, {f'{m.name} ' if named else ''}{walk}: {what}")
@@ -187,10 +187,11 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
     for job in jobs:
         for m in measured:
             chained = next((r for (n, w), r in job.found.items()
-                            if n == m.name and w not in ("patch", "breakable")), None)  # fmt: skip
-            captured = job.found.get((m.name, "breakable"))
+                            if n == m.name and w not in ("patch", *flags.CAPTURED)), None)  # fmt: skip
+            captured = {f"{g}_walk": job.found[m.name, g] for g in flags.CAPTURED
+                        if (m.name, g) in job.found}  # fmt: skip
             job.run.by_model.setdefault(m.name, {})[job.sm] = {
                 **merged(job.found[m.name, "patch"], chained),
-                **({"breakable_walk": captured} if captured is not None else {}),
+                **captured,
             }
     return runs

@@ -168,7 +168,7 @@ on the runner; later releases in a ``ParallelState``)."""
 def host(values: dict, kv_cache_dtype: str) -> Any:
     """A ``ModelRunner`` without ``__init__`` (it would allocate KV pools and profile GPU memory),
     holding ``values`` (``kv_cache_dtype`` as the release resolved it) and what the release's own
-    set-up steps compute: its parallel placement
+    set-up steps compute: whether it uses MLA backends, its parallel placement
     (``init_torch_distributed``), MoE top-k, layer indices, n-gram embedding manager."""
     from sglang.srt.model_executor import model_runner as module
 
@@ -185,6 +185,9 @@ def host(values: dict, kv_cache_dtype: str) -> Any:
     extra |= ONE_GPU
     for name, value in {**values, **extra}.items():
         setattr(runner, name, value)
+    arch = getattr(module, "AttentionArch", None)  # ``__init__``'s own line, for its backends
+    if arch is not None:
+        runner.use_mla_backend = values["model_config"].attention_arch == arch.MLA
     runner.attn_backend.token_to_kv_pool = runner.token_to_kv_pool
     runner.attn_backend.kv_cache_dtype = resolved_kv_dtype(kv_cache_dtype, values["dtype"])
     owner = getattr(module, "bootstrap", module)  # 0.5.14, 0.5.15 set up in ModelRunner itself

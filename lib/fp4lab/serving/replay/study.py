@@ -89,7 +89,7 @@ def record_version(rec: records.Recorder, run: VersionRun) -> list[dict]:
                            + entry.split(".model_runner.")[-1], **replay},
                 target=_target(sm))  # fmt: skip
         rows.append({**decide.cell(run.version, sm, replay, run.calls),
-                     **breakable_outcome.fields(replay)})  # fmt: skip
+                     **breakable_outcome.captured_fields(replay), "kept": replay.get("kept")})  # fmt: skip
     return rows
 
 
@@ -129,6 +129,7 @@ def measure_and_record(rec: records.Recorder, extra: tuple[str, ...] = ()) -> li
                                  for r in rows if r["outcome"] == "not measured"},
         "upstream": {v: sum(r["verdict"] == v for r in held)
                      for v in (upstream.AGREE, upstream.DISAGREE, upstream.NOT_COMPARABLE)},
+        "replays_kept": sum(r["kept"] is not None for r in rows),
         "evidence": breakable_outcome.evidence_of(rows),
     })  # fmt: skip
     return rows

@@ -7,7 +7,7 @@ from __future__ import annotations
 import html
 
 from fp4lab.core import page, records
-from fp4lab.serving.replay import decide, timeline, upstream, versions
+from fp4lab.serving.replay import decide, flags, timeline, upstream, versions
 
 PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer split",
               "dsa_attention_split_op": "DSA attn split", "musa_probe_constant": "musa const"}  # fmt: skip
@@ -22,16 +22,24 @@ def patch_text(row: dict) -> str:
     return f"{' + '.join(PART_SHORT.get(p, p) for p in row['patch'])}: {done}"
 
 
+def captured_text(row: dict) -> str:
+    """The captured graphs' outcomes of a row in a few words: "breakable / full" outcomes ('' where
+    the release has neither)."""
+    said = [row.get(g) or "" for g in flags.CAPTURED]
+    return "" if all(s in ("", "not applicable") for s in said) else " / ".join(said)
+
+
 def table(rows: list[dict]) -> object:
     """The decision per release and SM, nine short columns, every row, no index: what the
-    release gives with no flag, the flag that reaches tc_piecewise, its outcome, breakable's
-    (captured and replayed), tc_piecewise's first blocker, what the patch gave, and why."""
+    release gives with no flag, the flag that reaches tc_piecewise, its outcome, breakable's and
+    full's (captured and replayed), tc_piecewise's first blocker, what the patch gave, and
+    why."""
     import pandas as pd
 
     return page.table(pd.DataFrame([
         {"release": r["sglang_version"], "SM": r["sm"], "with no flag": r.get("default_prefill") or "",
          "flag for tc_piecewise": r["flag"], "tc_piecewise": r["outcome"],
-         "breakable": r.get("breakable") or "",
+         "breakable / full": captured_text(r),
          "first blocker": timeline.state(r).removeprefix("blocked at ") if r["outcome"] == "blocked" else "",
          "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
         for r in rows
@@ -146,14 +154,14 @@ def calls_table(notebook: str) -> object:
 
 def matrix_table(rows: list[dict]) -> object:
     """Notebook 14's cells, every row, no index: model, release, SM, the flag for tc_piecewise,
-    its outcome, the breakable outcome (captured and replayed), the blockers with dynamo's
+    its outcome, the breakable and full outcomes (captured and replayed), the blockers with dynamo's
     graph-break codes, what the patch gave, why."""
     import pandas as pd
 
     return page.table(pd.DataFrame([
         {"model": r["model"], "release": r["sglang_version"], "SM": r["sm"],
          "flag for tc_piecewise": r["flag"], "tc_piecewise": r["outcome"],
-         "breakable": r.get("breakable") or "",
+         "breakable / full": captured_text(r),
          "blockers": "; ".join(map(decide.blocker_text, r["blocker_frames"])),
          "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
         for r in rows

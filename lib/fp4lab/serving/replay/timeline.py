@@ -8,7 +8,7 @@ Releases are in release order (``versions.order``).
 
 from __future__ import annotations
 
-from fp4lab.serving.replay import decide, versions
+from fp4lab.serving.replay import decide, flags, versions
 
 STORY_WORDS = {
     "subprocess": "FlashInfer's FP4 quantize JIT (the story's nvcc subprocess)",
@@ -52,17 +52,17 @@ def runs(rows: list[dict], sm: str) -> list[dict]:
     return grouped
 
 
-def breakable_runs(rows: list[dict], sm: str) -> list[dict]:
-    """The releases of ``sm`` with breakable graphs, in release order, in runs of one breakable
-    outcome (``breakable_outcome.fields``)."""
+def captured_runs(rows: list[dict], sm: str, graph: str) -> list[dict]:
+    """The releases of ``sm`` with the captured prefill graph ``graph`` (``flags.CAPTURED``), in
+    release order, in runs of one outcome (``breakable_outcome.fields``)."""
     grouped: list[dict] = []
-    for row in sorted((r for r in rows if r["sm"] == sm and r.get("breakable") not in
+    for row in sorted((r for r in rows if r["sm"] == sm and r.get(graph) not in
                        (None, "not applicable")), key=lambda r: versions.order(r["sglang_version"])):  # fmt: skip
-        if grouped and grouped[-1]["outcome"] == row["breakable"]:
+        if grouped and grouped[-1]["outcome"] == row[graph]:
             grouped[-1]["to"] = row["sglang_version"]
         else:
             grouped.append({"from": row["sglang_version"], "to": row["sglang_version"],
-                            "outcome": row["breakable"]})  # fmt: skip
+                            "outcome": row[graph]})  # fmt: skip
     return grouped
 
 
@@ -140,26 +140,29 @@ def kernels(row: dict | None) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def breakable_recommendation(rows: list[dict], sm: str) -> str | None:
-    """The newest release whose breakable graphs work for the model on ``sm`` (captured and
-    replayed equal to eager, simulated), with its flag; None where none does."""
-    works = [r for r in rows if r["sm"] == sm and r.get("breakable") == "works"]
+def captured_recommendation(rows: list[dict], sm: str) -> str | None:
+    """The newest release whose captured prefill graphs work for the model on ``sm`` (captured
+    and replayed equal to eager, simulated), the release's default graph first where both work,
+    with its flag; None where none does."""
+    works = [(r, g) for r in rows if r["sm"] == sm for g in flags.CAPTURED if r.get(g) == "works"]
     if not works:
         return None
-    r = max(works, key=lambda r: versions.order(r["sglang_version"]))
-    flag = "no flag" if r["breakable_flag"] in ("none needed", None) else f"`{r['breakable_flag']}`"
-    return (f"SGLang {r['sglang_version']} with {flag} (breakable graphs: captured and replayed "
+    r, graph = max(works, key=lambda w: (versions.order(w[0]["sglang_version"]),
+                                         w[0].get("default_prefill") == w[1]))  # fmt: skip
+    flag = r[f"{graph}_flag"]
+    flag = "no flag" if flag in (flags.NEEDED, None) else f"`{flag}`"
+    return (f"SGLang {r['sglang_version']} with {flag} ({graph} graphs: captured and replayed "
             f"equal to eager in a simulated capture)")  # fmt: skip
 
 
 def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
-    """What the model's user on ``sm`` should run: the newest release whose breakable graphs
-    work, where one does; then for torch.compile piecewise graphs the newest release in which it
-    compiles as released, with its flag; else the newest release whose blockers fp4lab's patch
-    removes (compiles, equals eager); else that none is known."""
-    captured = breakable_recommendation(rows, sm)
+    """What the model's user on ``sm`` should run: the newest release whose captured graphs
+    (breakable or full) work, where one does; then for torch.compile piecewise graphs the newest
+    release in which it compiles as released, with its flag; else the newest release whose
+    blockers fp4lab's patch removes (compiles, equals eager); else that none is known."""
+    captured = captured_recommendation(rows, sm)
     traced = _traced_recommendation(rows, sm, model)
-    return f"breakable: {captured}; tc_piecewise: {traced}" if captured else traced
+    return f"{captured}; tc_piecewise: {traced}" if captured else traced
 
 
 def _traced_recommendation(rows: list[dict], sm: str, model: str) -> str:
@@ -208,11 +211,11 @@ def text(rows: list[dict]) -> str:
 
 
 def timeline(rows: list[dict], model: str = "GLM-5") -> dict:
-    """Per SM: its runs, turning points, breakable runs, recommendation and sentence, for the
+    """Per SM: its runs, turning points, captured graphs' runs, recommendation and sentence, for the
     records."""
     return {
         sm: {"runs": runs(rows, sm), "defaults": defaults(rows, sm), **turning_points(rows, sm),
-             "breakable_runs": breakable_runs(rows, sm),
+             **{f"{g}_runs": captured_runs(rows, sm, g) for g in flags.CAPTURED},
              "kernels": kernels(recommended(rows, sm) or newest_measured(rows, sm)),
              "recommendation": recommendation(rows, sm, model),
              "sentence": sentence(rows, sm, model)}

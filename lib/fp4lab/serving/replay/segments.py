@@ -1,0 +1,115 @@
+"""Inside one SGLang environment: a simulated capture's stand-ins for ``torch.cuda.CUDAGraph``
+(a breakable segment) and ``torch.cuda.graph`` (a full graph), and what they flag inside an open
+segment: a host sync a real capture refuses (a GPU tensor's value read or copied to the host,
+``devices.OnGpu``) apart from a host tensor's value read (frozen into the graph, allowed)."""
+
+from __future__ import annotations
+
+import traceback
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fp4lab.compile import frames
+from fp4lab.serving.capture import recorder
+from fp4lab.serving.replay import devices
+
+HOST_SYNCS = {torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero}
+"""Operators that wait for the GPU (``.item()``, ``nonzero``): a capturing stream refuses them."""
+
+
+@dataclass
+class Capture:
+    """What the segments saw: the open segment's bucket and index, and the flags (each what a
+    real capture refuses, where: its bucket, segment and the frame that asked)."""
+
+    bucket: int = 0
+    segment: int = 0
+    open: bool = False
+    flags: list[dict] = field(default_factory=list)
+    host_reads: list[dict] = field(default_factory=list)
+    asked: dict[str, bool] = field(default_factory=dict)
+    gpu: devices.OnGpu | None = None
+
+    def flag(self, what: str, into: list[dict] | None = None) -> None:
+        frame = _release_frame(traceback.extract_stack()[:-2])
+        (self.flags if into is None else into).append(
+            {"what": what, "bucket": self.bucket, "segment": self.segment, "frame": frame}
+        )
+
+    def copied_to_host(self, name: str) -> None:
+        if self.open:
+            self.flag(f"host sync {name} (a GPU tensor copied to the host)")
+
+
+def _release_frame(stack: list[traceback.FrameSummary]) -> str:
+    """The deepest frame outside torch and fp4lab (its recorder, stand-ins): the code that asked."""
+    for f in reversed(stack):
+        where = frames.relative_path(f.filename)
+        if not where.startswith(("torch/", "fp4lab/")):
+            return f"{where}:{f.lineno}:{f.name}"
+    return "unknown"
+
+
+class _Watching(recorder._Recording):
+    """The recorder's mode, flagging host syncs into ``capture``."""
+
+    def __init__(self, into: recorder.RecordedGraph, capture: Capture) -> None:
+        super().__init__(into)
+        self.capture = capture
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if func.overloadpacket in HOST_SYNCS:
+            name, gpu = func.overloadpacket.__name__, self.capture.gpu
+            if gpu is None or gpu.holds(args, kwargs):
+                self.capture.flag(f"host sync {name}")
+            else:  # a host tensor: its value is frozen into the graph, a capture allows it
+                self.capture.flag(f"host read {name}", self.capture.host_reads)
+        return super().__torch_dispatch__(func, types, args, kwargs)
+
+
+def segment_class(capture: Capture) -> type:
+    """``torch.cuda.CUDAGraph`` for the breakable capture: ``capture_begin`` opens a recording,
+    ``capture_end`` closes it, ``replay`` re-runs it (``recorder.RecordedGraph``)."""
+
+    class Segment(recorder.RecordedGraph):
+        def __init__(self, keep_graph: bool = False) -> None:
+            super().__init__()
+            self.mode: _Watching | None = None
+
+        def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+            capture.segment, capture.open = capture.segment + 1, True
+            self.mode = _Watching(self, capture)
+            self.mode.__enter__()
+
+        def capture_end(self) -> None:
+            if self.mode is None:
+                raise RuntimeError("capture_end without capture_begin")
+            self.mode.__exit__(None, None, None)
+            self.mode, capture.open = None, False
+
+        def instantiate(self) -> None:
+            return None
+
+    return Segment
+
+
+def whole_class(capture: Capture) -> type:
+    """``torch.cuda.graph`` for the full capture: the whole block one recorded graph."""
+
+    class Whole(recorder.graph):
+        def __init__(
+            self, cuda_graph: Any, pool: Any = None, stream: Any = None, **kwargs: Any
+        ) -> None:
+            self.mode = _Watching(cuda_graph, capture)
+
+        def __enter__(self) -> None:
+            capture.segment, capture.open = capture.segment + 1, True
+            self.mode.__enter__()
+
+        def __exit__(self, *exc: object) -> None:
+            self.mode.__exit__(*exc)
+            capture.open = False
+
+    return Whole
