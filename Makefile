@@ -21,6 +21,9 @@ NOTEBOOKS ?=
 VERSIONS ?=
 PYTHON_VERSIONS ?=
 SGLANG_VERSIONS ?=
+# `make test` runs the test files on this many pytest-xdist workers (one per core), each with its
+# own build folder (build/test-workers/<worker>), all sharing the uv cache.
+TEST_WORKERS ?= auto
 BUILD    := build
 VENV     := $(BUILD)/venv
 PY       := $(VENV)/bin/python
@@ -92,7 +95,7 @@ benchmarks: $(STAMP)
 	$(PY) benchmarks/fp4_api_audit.py
 
 test: lint
-	exec $(PY) -m pytest
+	exec $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -7,8 +7,13 @@ from pathlib import Path
 
 import pytest
 
+import os
+
 import fp4lab
 
+if "PYTEST_XDIST_WORKER" in os.environ:  # each worker its own build folder: envs, logs, kept replays
+    _shared = Path(os.environ.get("FP4LAB_BUILD_DIR", Path(__file__).parents[1] / "build"))
+    os.environ["FP4LAB_BUILD_DIR"] = str(_shared / "test-workers" / os.environ["PYTEST_XDIST_WORKER"])
 fp4lab.setup()  # caches into build/ before torch is imported by any test module
 
 from fp4lab.core import catalog, paths, records, runner  # noqa: E402
@@ -51,11 +56,18 @@ RELIABILITY: list[dict] = []
 
 
 @pytest.fixture
-def reliability():
+def reliability(request: pytest.FixtureRequest):
     """Add a row to the reliability table ``make test`` prints at its end (and keeps in
     build/test/reliability.json): ``case``, ``kind`` (bad input, kill), ``clear_error``,
-    ``traceback``, ``orphans``, ``seconds``."""
-    return RELIABILITY.append
+    ``traceback``, ``orphans``, ``seconds``. The row travels with the test's report, so that
+    the session that prints the table gets it from any worker."""
+    return lambda row: request.node.user_properties.append(("reliability", row))
+
+
+def pytest_runtest_logreport(report: pytest.TestReport) -> None:
+    """Each reliability row, from the report of the test that added it (``reliability``)."""
+    if report.when == "call":
+        RELIABILITY.extend(row for name, row in report.user_properties if name == "reliability")
 
 
 def invalid_record_lines() -> int:
