@@ -166,3 +166,34 @@ def matrix_table(rows: list[dict]) -> object:
          "patch": patch_text(r), "why": r["why_short"] if r["outcome"] != "blocked" else ""}
         for r in rows
     ]))  # fmt: skip
+
+
+def _break_name(frame: str) -> str:
+    """A break's function in a few words: ``file.py:name`` of its ``file:line:name``, or an op."""
+    parts = frame.split(":")
+    return f"{parts[0].rsplit('/', 1)[-1]}:{parts[-1]}" if len(parts) == 3 else frame
+
+
+def breaks_table(rows: list[dict]) -> object:
+    """Per model (where the rows have several), SM and captured graph, each run of releases with
+    one capture shape: the segments and breaks of the largest plain bucket, per forward and per
+    decoder layer, and the functions the breaks run; every row, no index."""
+    import pandas as pd
+
+    found: dict[tuple, list[str]] = {}
+    for r in sorted(rows, key=lambda r: versions.order(r["sglang_version"])):
+        for graph in flags.CAPTURED:
+            if r.get(f"{graph}_segments") is None:
+                continue
+            shape = (r.get("model", ""), r["sm"], graph, r[f"{graph}_segments"],
+                     r.get(f"{graph}_break_count"), r.get(f"{graph}_breaks_per_layer"),
+                     ", ".join(map(_break_name, r[f"{graph}_breaks"])))  # fmt: skip
+            found.setdefault(shape, []).append(r["sglang_version"])
+    named = len({r.get("model") for r in rows}) > 1
+    return page.table(pd.DataFrame([
+        {**({"model": s[0]} if named else {}), "SM": s[1], "graph": s[2],
+         "releases": versions.ranges(found[s]), "segments": s[3],
+         "breaks": "" if s[4] is None else s[4], "per layer": "" if s[5] is None else s[5],
+         "the breaks run": s[6]}
+        for s in sorted(found, key=lambda s: (s[0], float(s[1]), s[2]))
+    ]))  # fmt: skip
