@@ -21,9 +21,10 @@ NOTEBOOKS ?=
 VERSIONS ?=
 PYTHON_VERSIONS ?=
 SGLANG_VERSIONS ?=
-# `make test` runs the test files on this many pytest-xdist workers (one per core), each with its
-# own build folder (build/test-workers/<worker>), all sharing the uv cache.
-TEST_WORKERS ?= auto
+# `make test` runs the test files on this many pytest-xdist workers (one per core, four at most:
+# each may hold a release's model in memory), each with its own build folder
+# (build/test-workers/<worker>), all sharing the uv cache.
+TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, os.cpu_count() or 1))")
 BUILD    := build
 VENV     := $(BUILD)/venv
 PY       := $(VENV)/bin/python
