@@ -3,17 +3,19 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
-import os
-
 import fp4lab
 
-if "PYTEST_XDIST_WORKER" in os.environ:  # each worker its own build folder: envs, logs, kept replays
-    _shared = Path(os.environ.get("FP4LAB_BUILD_DIR", Path(__file__).parents[1] / "build"))
-    os.environ["FP4LAB_BUILD_DIR"] = str(_shared / "test-workers" / os.environ["PYTEST_XDIST_WORKER"])
+WORKER = os.environ.get("PYTEST_XDIST_WORKER")
+"""The pytest-xdist worker this process is, if any: each has a build folder of its own
+(environments, logs, kept replays) under the shared one's test-workers/; all share the uv cache."""
+if WORKER:
+    SHARED = Path(os.environ.get("FP4LAB_BUILD_DIR", Path(__file__).parents[1] / "build"))
+    os.environ["FP4LAB_BUILD_DIR"] = str(SHARED / "test-workers" / WORKER)
 fp4lab.setup()  # caches into build/ before torch is imported by any test module
 
 from fp4lab.core import catalog, paths, records, runner  # noqa: E402

@@ -14,6 +14,7 @@ from typing import Any
 import torch
 
 from fp4lab.compile import fix
+from fp4lab.fp4 import swizzle
 from fp4lab.serving.replay import cpu_kernels
 
 
@@ -160,3 +161,22 @@ def marlin_moe_zero(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> t
     """SGLang's fused Marlin MoE (NVFP4 MoE on Hopper, 0.5.2x): the routed experts contribute
     zero (no CPU reference for Marlin's repacked layout)."""
     return torch.zeros_like(hidden_states)
+
+
+def mxfp8_quantize(input: torch.Tensor, is_sf_swizzled_layout: bool = True, alignment: int = 32,
+                   enable_pdl: bool | None = None, backend: str = "cuda",
+                   sf_swizzle_layout: Any = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
+    """FlashInfer's MXFP8 quantize (the MXFP4 MoE's activations, SM120) by its definition: blocks
+    of 32 along the last dimension, each with the smallest power-of-two scale (UE8M0, stored as
+    its exponent + 127) that brings the block's amax within e4m3's 448, codes in e4m3; scales
+    in the 128x4 layout, flattened, or linear [M, K/32]."""
+    x = input.float().reshape(-1, input.shape[-1])
+    blocks = x.view(x.shape[0], -1, 32)
+    exponent = torch.ceil(torch.log2(blocks.abs().amax(-1).clamp(min=2**-126) / 448.0))
+    exponent = exponent.clamp(-127, 127)
+    codes = (blocks / torch.exp2(exponent).unsqueeze(-1)).view(input.shape)
+    scales = (exponent + 127).to(torch.uint8)
+    linear = getattr(sf_swizzle_layout, "name", "") == "layout_linear" or (
+        sf_swizzle_layout is None and not is_sf_swizzled_layout
+    )
+    return codes.to(torch.float8_e4m3fn), scales if linear else swizzle.swizzle_128x4(scales)

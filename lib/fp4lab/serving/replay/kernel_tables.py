@@ -228,6 +228,9 @@ EAGER_ONLY = (
        "concat and cast in torch")
       for module in ("sglang.srt.models.deepseek_common.attention_forward_methods.forward_mha",
                      "sglang.srt.models.deepseek_v2")),
+    ("flashinfer", "mxfp8_quantize", cpu_moe_kernels.mxfp8_quantize,
+     "FlashInfer's MXFP8 quantize of the MXFP4 MoE's activations (SM120, imported where it is "
+     "called): UE8M0 block scales and e4m3 codes by their definition, scales in the 128x4 layout"),
     ("flashinfer.fused_moe", "cutlass_fused_moe", cpu_moe_kernels.cutlass_fused_moe_zero,
      "FlashInfer's CUTLASS NVFP4 fused MoE: no CPU reference for its packed weight layout, the "
      "routed experts contribute zero (the MoE's numerics are not checked where this runs)"),

@@ -1,0 +1,62 @@
+"""The CPU kernels that stand in for a release's CUDA, CuTe-DSL and Triton kernels, each checked
+against its definition (the layouts the release's own code writes or reads)."""
+
+from __future__ import annotations
+
+import torch
+
+from fp4lab.compile import fix
+from fp4lab.fp4 import swizzle
+from fp4lab.serving.replay import cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
+
+
+def test_mxfp8_blocks_take_the_smallest_power_of_two_scale_and_round_to_e4m3():
+    x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0)) * torch.logspace(-3, 3, 64)
+    codes, scales = cpu_moe_kernels.mxfp8_quantize(x, is_sf_swizzled_layout=False)
+    scale = torch.exp2(scales.float() - 127).repeat_interleave(32, dim=1)
+    assert codes.dtype == torch.float8_e4m3fn and scales.shape == (5, 2)
+    assert (codes.float().abs().amax() <= 448) and (
+        codes.float().view(5, 2, 32).abs().amax(-1) > 224
+    ).all()
+    assert ((codes.float() * scale - x).abs() <= x.abs() * 2**-4 + scale * 2**-10).all()
+    swizzled = cpu_moe_kernels.mxfp8_quantize(x)[1]
+    assert swizzled.shape == (128 * 4,) and torch.equal(
+        swizzle.unswizzle_128x4(swizzled, 5, 2), scales
+    )
+
+
+def test_the_chunked_prefix_gather_writes_each_requests_slots_at_its_offset():
+    req_to_token = torch.arange(4 * 50, dtype=torch.int32).view(4, 50)
+    pool, starts = torch.tensor([2, 0, 3]), torch.tensor([5, 0, 10])
+    lens = torch.tensor([3, 4, 2])
+    cu = torch.tensor([0, 3, 7, 9], dtype=torch.int32)
+    out = torch.full((12,), -1, dtype=torch.int32)
+    cpu_graph_kernels.Launch(cpu_graph_kernels.chunked_prefix_kv_indices)[(3,)](
+        req_to_token, pool, starts, lens, cu, out, 50
+    )
+    want = torch.cat([req_to_token[2, 5:8], req_to_token[0, 0:4], req_to_token[3, 10:12]])
+    assert torch.equal(out[:9], want) and (out[9:] == -1).all(), out
+
+
+def test_the_mla_key_concat_puts_the_rope_head_after_each_heads_nope_part():
+    k = torch.empty(3, 4, 6, dtype=torch.bfloat16)
+    nope, rope = torch.randn(3, 4, 4), torch.randn(3, 1, 2)
+    cpu_kernels.concat_and_cast_mha_k(k, nope, rope)
+    assert torch.equal(k, torch.cat([nope, rope.expand(3, 4, 2)], -1).to(torch.bfloat16))
+
+
+def test_the_fused_fc1_swiglu_quantize_equals_its_parts_on_the_interleaved_weight():
+    """The release interleaves [up; gate] in 64-row chunks (``interleave_linear_and_gate``); the
+    stand-in's output is the NVFP4 quantize of up * silu(gate) from the plain GEMM."""
+    g = torch.Generator().manual_seed(1)
+    x, up, gate = (torch.randn(rows, 64, generator=g) for rows in (8, 128, 128))
+    one = torch.tensor(1.0)
+    interleaved = torch.stack([up.view(2, 64, 64), gate.view(2, 64, 64)], 1).reshape(256, 64)
+    qx, sx = fix.reference_fp4_quantize(x, one)
+    qw, sw = fix.reference_fp4_quantize(interleaved, one)
+    codes, scales = cpu_kernels.nvfp4_gemm_swiglu_quant(qx, sx, qw, sw, one, one)
+    acc = cpu_kernels.fp4_gemm(qx, qw, sx, sw, one, torch.float32, 256).view(8, 2, 2, 64)
+    hidden = (acc[:, :, 0] * torch.nn.functional.silu(acc[:, :, 1])).reshape(8, 128)
+    want_codes, want_scales = cpu_kernels.fp4_bytes(hidden, one, True)
+    assert torch.equal(codes, want_codes) and scales.dtype == torch.float8_e4m3fn
+    assert torch.equal(scales.view(torch.uint8), want_scales.view(torch.uint8))
