@@ -169,3 +169,13 @@ def test_a_stop_on_a_borrowed_answer_is_the_releases_and_any_other_at_the_stand_
                     {"blocked": {**stop, "error": "AttributeError: 'StandInAttentionBackend' object has "
                                  "no attribute 'x'"}, "attention": asked["attention"]}):  # fmt: skip
         assert breakable_outcome.capture_outcome(unasked)[0] == "not measured", unasked
+
+
+def test_a_graph_no_option_reaches_is_not_applicable_and_a_failed_child_is_not_measured():
+    """0.5.14 ships the full backend but its options reach no full graph: not applicable, with
+    the reason; a child that failed (its error a line) is not measured, with that line."""
+    result, why = breakable_outcome.outcome({"not_driven": "no option reaches full"}, "full")
+    assert (result, why) == ("not applicable", "the release's options reach no full graph: no "
+                             "option reaches full"), why  # fmt: skip
+    result, why = breakable_outcome.outcome({"error": "the child timed out"}, "breakable")
+    assert (result, why) == ("not measured", "the child timed out")

@@ -79,17 +79,22 @@ def outcome(replay: dict, graph: str = "breakable") -> tuple[str, str]:
     """A captured walk's outcome (``capture_outcome`` of its ``graph`` record: breakable or full),
     "kernel unavailable" ahead of any measured one where it reached a kernel its SM lacks (the
     installed package's evidence, ``availability``); where the model was not built, "not
-    applicable" if the release refused it, else "not measured"; "not measured" where the walk did
-    not run."""
+    applicable" if the release refused it, else "not measured"; "not applicable" where no option
+    of the release reaches the graph; "not measured" where the walk did not run."""
     found = replay.get(graph)
     if found is None and replay.get("build_error"):
         said = f"{replay['build_error']} [at {(replay.get('build_frames') or ['?'])[-1]}]"
         if replay.get("refused_by_release"):
             return "not applicable", f"the release refuses the model here: {said}"
         return "not measured", f"the model was not built here: {said}"
-    if found is None:
+    if found is None and replay.get("not_driven"):  # the release's options reach no such graph
+        return (
+            "not applicable",
+            f"the release's options reach no {graph} graph: {replay['not_driven']}",
+        )
+    if found is None:  # fp4lab's walk failed (a record), or its child did (a line)
         failed = replay.get("harness_error") or replay.get("error") or {}
-        return "not measured", replay.get("not_driven") or (
+        return "not measured", failed if isinstance(failed, str) else (
             f"{failed.get('error')} [at {(failed.get('frames') or ['?'])[-1]}]"
         )
     result, why = capture_outcome(found)
