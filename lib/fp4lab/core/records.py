@@ -114,11 +114,10 @@ def portable(value: object, where: str = "", non_finite: dict | None = None) -> 
                 "NaN" if math.isnan(value) else ("Infinity" if value > 0 else "-Infinity")
             )
         return None
-    if isinstance(value, str):
-        value = CHECKOUT.sub("", SITE_PACKAGES.sub("", value))
-        for root, said in ((paths.build_dir(), "build"), (paths.REPO_ROOT, ".")):
-            value = value.replace(f"{root}/", f"{said}/").replace(str(root), said)
-        return value
+    if isinstance(value, str):  # the build folder in use first: it may lie deeper (a test worker's)
+        build, repo = str(paths.build_dir()), str(paths.REPO_ROOT)
+        value = SITE_PACKAGES.sub("", value).replace(f"{build}/", "build/").replace(build, "build")
+        return CHECKOUT.sub("", value).replace(f"{repo}/", "./").replace(repo, ".")
     if isinstance(value, dict):
         return {k: portable(v, f"{where}.{k}".lstrip("."), non_finite) for k, v in value.items()}
     if isinstance(value, (list, tuple)):
