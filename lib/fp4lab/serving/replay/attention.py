@@ -118,6 +118,8 @@ def release_backend(host: Any) -> dict:
             raise _Built(cls)
         return type.__call__(cls, *args, **kwargs)
 
+    if not hasattr(host, "init_new_workspace"):  # what the release's caller sets first (False)
+        host.init_new_workspace = False
     try:
         with target.attribute_replaced(type(base), "__call__", stopped):
             registry[name](host)
