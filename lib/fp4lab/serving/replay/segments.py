@@ -33,7 +33,10 @@ class Capture:
     gpu: devices.OnGpu | None = None
 
     def flag(self, what: str, into: list[dict] | None = None) -> None:
-        frame = _release_frame(traceback.extract_stack()[:-2])
+        stack = traceback.extract_stack()[:-2]
+        if _inside_standin(stack):  # a stand-in kernel's own work: the real one stays on the GPU
+            return
+        frame = _release_frame(stack)
         (self.flags if into is None else into).append(
             {"what": what, "bucket": self.bucket, "segment": self.segment, "frame": frame}
         )
@@ -41,6 +44,31 @@ class Capture:
     def copied_to_host(self, name: str) -> None:
         if self.open:
             self.flag(f"host sync {name} (a GPU tensor copied to the host)")
+
+
+STANDIN_CODE = (
+    "fp4lab/serving/replay/cpu_",
+    "fp4lab/serving/replay/kernels.py",
+    "fp4lab/serving/replay/reached.py",
+    "fp4lab/serving/replay/attention.py",
+    "fp4lab/compile/fix.py",
+    "fp4lab/fp4/",
+)
+"""fp4lab's stand-in kernels (and the references they call): their own operators are a GPU
+kernel's work, not the release's."""
+
+
+def _inside_standin(stack: list[traceback.FrameSummary]) -> bool:
+    """Whether the operator was called by a stand-in kernel (``STANDIN_CODE``) rather than the
+    release: the first frame, from the operator out, outside torch and fp4lab's watching code
+    (its modes, recorder) is a stand-in's."""
+    for f in reversed(stack):
+        where = frames.relative_path(f.filename)
+        if where.startswith(STANDIN_CODE):
+            return True
+        if not where.startswith(("torch/", "fp4lab/")):
+            return False
+    return False
 
 
 def _release_frame(stack: list[traceback.FrameSummary]) -> str:
