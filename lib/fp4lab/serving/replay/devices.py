@@ -49,7 +49,7 @@ class OnGpu(TorchFunctionMode):
     def __init__(self, to_host: Callable[[str], None]) -> None:
         super().__init__()
         self.tensors = WeakIdKeyDictionary()  # by identity: a tensor's == is elementwise
-        self.devices: list[torch.device] = []  # each ``.device`` read of a GPU tensor
+        self.devices: dict[int, torch.device] = {}  # each ``.device`` read of a GPU tensor, kept
         self.to_host = to_host
 
     def _asks_gpu(self, func: Callable, args: tuple, kwargs: dict) -> bool:
@@ -57,7 +57,7 @@ class OnGpu(TorchFunctionMode):
         tensor (``device=x.device``), ``.cuda()``, ``.to`` either."""
 
         def gpu(device: Any) -> bool:
-            return _gpu_device(device) or any(device is d for d in self.devices)
+            return _gpu_device(device) or id(device) in self.devices
 
         if func is torch.Tensor.cuda or gpu(kwargs.get("device", "cpu")):
             return True
@@ -79,12 +79,13 @@ class OnGpu(TorchFunctionMode):
             if not kwargs.get("non_blocking", args[2] if len(args) > 2 else False):
                 self.to_host("copy_")
             return func(*args, **kwargs)
-        if read and _to_host(func, args, kwargs):
+        to_host = read and _to_host(func, args, kwargs)
+        if to_host:
             self.to_host(getattr(func, "__name__", str(func)))
         result = func(*args, **kwargs)
         if func == DEVICE and read:
-            self.devices.append(result)
-        elif (read and not _to_host(func, args, kwargs)) or self._asks_gpu(func, args, kwargs):
+            self.devices[id(result)] = result
+        elif (read and not to_host) or self._asks_gpu(func, args, kwargs):
             self.mark(tree_leaves(result))
         return result
 

@@ -183,7 +183,8 @@ def measure_versions(chosen: list[str], sms: list[str], cuda_home: list[str],
             progress(f"  {one.label}, {f'{m.name} ' if named else ''}{walk}: {what}")
 
     venvs.run_children(prepared(), paths.build_dir() / LOGS,
-                       CHILD_TIMEOUT_S * (len(measured) * 2 + len(alongside or [])), finished)  # fmt: skip
+                       CHILD_TIMEOUT_S * (len(measured) * 2 + len(alongside or []))
+                       * (1 + len(flags.CAPTURED)), finished)  # fmt: skip
     for job in jobs:
         for m in measured:
             chained = next((r for (n, w), r in job.found.items()
