@@ -68,7 +68,8 @@ def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_pa
     built = env.ensure_env(VERSION)
     checkpoint = models.write_tiny(*models.named("llama-3.3-70b-nvfp4").tiny()[:2],
                                    tmp_path / "model")  # fmt: skip
-    faults = ("none", "host_sync", "to_host", "host_read", "stale_replay")
+    faults = ("none", "host_sync", "to_host", "host_read", "stale_replay", "side_joined",
+              "side_forked_by_event", "side_not_forked", "event_across_break")  # fmt: skip
     subprocess.run([str(built.python), str(FAULT), str(checkpoint), SM, str(tmp_path), ",".join(faults)],
                    env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")},
                    check=True, capture_output=True, timeout=600)  # fmt: skip
@@ -88,6 +89,36 @@ def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_pa
         ("host read _local_scalar_dense", "<lambda>")], found["host_read"]["host_reads"]  # fmt: skip
     result, why = breakable_outcome.capture_outcome(found["stale_replay"])
     assert result == "wrong output" and "bucket 4: max |diff|" in why, why
+    result, why = breakable_outcome.capture_outcome(found["side_joined"])
+    assert result == "works" and "side-stream forks inside segments, each joined back" in why, why
+    for fault, said in {
+        "side_forked_by_event": "a side stream forked into the capture at breakable_fault.py:",
+        "side_not_forked": "work on a stream outside the capture",
+        "event_across_break": "a capturing stream waits on an event recorded outside this capture",
+    }.items():
+        result, why = breakable_outcome.capture_outcome(found[fault])
+        assert result == "blocked" and why.startswith(said), (fault, why)
+    assert "inside captured segment 3 of bucket 16" in breakable_outcome.capture_outcome(
+        found["event_across_break"])[1]  # fmt: skip
+
+
+@pytest.mark.environments
+def test_deepseeks_shared_experts_fork_a_side_stream_inside_a_segment_and_join_it(tmp_path):
+    """A real release's own use of a side stream inside a captured segment, held to CUDA's
+    capture rules: with shared-experts fusion off, DeepSeek runs its shared experts on its
+    alternate stream, forked from and joined back to the capture within one segment."""
+    built = env.ensure_env(VERSION)
+    checkpoint = models.write_tiny(*models.named("deepseek-r1-nvfp4").tiny()[:2],
+                                   tmp_path / "model")  # fmt: skip
+    subprocess.run([str(built.python), str(FAULT), str(checkpoint), "10.0", str(tmp_path), "none",
+                    "--disable-shared-experts-fusion"],
+                   env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")},
+                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    found = json.loads((tmp_path / "none.json").read_text())
+    result, why = breakable_outcome.capture_outcome(found)
+    assert result == "works", why
+    assert found["streams"]["forks"] == found["streams"]["joins"] > 0, found["streams"]
+    assert found["streams"]["side_work"] > 0 and "each joined back" in why, why
 
 
 def test_a_backend_not_offered_is_refused_by_name_before_anything_runs(capsys):

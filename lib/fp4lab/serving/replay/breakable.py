@@ -14,7 +14,8 @@ Then, per compared bucket, the runner's static input ids get fresh values, the c
 runs eagerly and the backend's own ``replay`` (segments and breaks in order) runs in the runner's
 forward context; the two outputs are compared. Inside an open segment the recorder flags what a
 real capture refuses (``segments``): a host sync (a GPU tensor's value read or copied to the
-host, ``torch.cuda.synchronize``)."""
+host, ``torch.cuda.synchronize``) and, by CUDA's stream-capture rules (``streams``), a side stream
+never joined, a wait on an event from outside the capture, work on a stream not capturing."""
 
 from __future__ import annotations
 
@@ -60,10 +61,14 @@ CAPTURE_STANDINS = [
                    "graph pool's memory reuse and weak references are not imitated (CPU tensors "
                    "are kept whole by the release)"),
     kernels.record("capture_status", f"{GRAPH}._is_stream_capturing",
-                   "cuda-python's cudaStreamGetCaptureInfo needs a CUDA stream: a side stream "
-                   "reads as not capturing (one CPU stream, nothing forked)"),
-    kernels.record("graph_streams", "torch.cuda.Stream, stream, current_stream",
-                   "torch.cpu's streams, their id standing for stream_id and cuda_stream"),
+                   "cuda-python's cudaStreamGetCaptureInfo needs a CUDA stream: answered by CUDA's "
+                   "capture rules as the capture's streams and events were used (``streams``)"),
+    kernels.record("graph_streams", "torch.cuda.Stream, stream, current_stream, Event",
+                   "torch.cpu's streams, their id standing for stream_id and cuda_stream; work runs "
+                   "in order on the CPU, and forks, joins and waits are kept to flag what a real "
+                   "capture refuses across streams"),
+    kernels.record("record_stream", "torch.Tensor.record_stream",
+                   "the caching allocator's cross-stream bookkeeping: no CUDA allocator here"),
     kernels.record("graph_pool_handle", "torch.cpu.graph_pool_handle", "an opaque object: the pool"),
     kernels.record("kv_index_translator_allocator", "ModelRunner.init_kv_index_translator",
                    "the release's own translator, over the stand-in KV pool, with no KV "
@@ -152,7 +157,10 @@ def _boundary(sm: tuple[int, int], capture: segments.Capture, captured: Captured
             target.attribute_replaced(torch.cuda, "synchronize", watched_synchronize)
         )
         stack.enter_context(target.attribute_replaced(graph_module, "_is_stream_capturing",
-                                                      lambda stream: False))  # fmt: skip
+                                                      capture.streams.capturing))  # fmt: skip
+        stack.enter_context(capture.streams.installed())
+        stack.enter_context(target.attribute_replaced(torch.Tensor, "record_stream",
+                                                      lambda tensor, stream: None))  # fmt: skip
         for module in (torch.cuda, torch.cpu):  # the runner's device module is the host's CPU
             stack.enter_context(
                 target.attribute_replaced(module, "graph", segments.whole_class(capture))
@@ -210,7 +218,7 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
              "breaks": [_break_name(fn) for fn in getattr(graph, "_break_fns", [])]}
             for key, graph in graphs.items()
         ]  # fmt: skip
-        found["flags"] = capture.flags
+        found["flags"], found["streams"] = capture.flags, capture.streams.seen
         found["host_reads"] = [  # each frame once: where a host value is frozen into a graph
             {**r, "times": sum(o["frame"] == r["frame"] for o in capture.host_reads)}
             for r in {r["frame"]: r for r in reversed(capture.host_reads)}.values()

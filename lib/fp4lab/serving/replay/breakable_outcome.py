@@ -53,10 +53,12 @@ def capture_outcome(found: dict) -> tuple[str, str]:
                                          for r in wrong)  # fmt: skip
     variants = sum(bool(b.get("variant")) for b in found["buckets"])
     reads = [r["frame"] for r in found.get("host_reads") or []]
+    forks = (found.get("streams") or {}).get("forks", 0)
     return "works", (
         f"{len(found['buckets']) - variants} buckets captured"
         + (f" (and {variants} variant graphs, not compared)" if variants else "")
         + f"; {', '.join(str(r['bucket']) for r in replays)} replayed equal to eager"
+        + (f"; {forks} side-stream forks inside segments, each joined back" if forks else "")
         + (f"; host values read inside segments are frozen into the graph at {', '.join(reads)} "
            "(replayed with the captured lengths only)" if reads else "")
     )  # fmt: skip

@@ -1,7 +1,8 @@
 """Inside one SGLang environment: a simulated capture's stand-ins for ``torch.cuda.CUDAGraph``
 (a breakable segment) and ``torch.cuda.graph`` (a full graph), and what they flag inside an open
 segment: a host sync a real capture refuses (a GPU tensor's value read or copied to the host,
-``devices.OnGpu``) apart from a host tensor's value read (frozen into the graph, allowed)."""
+``devices.OnGpu``) apart from a host tensor's value read (frozen into the graph, allowed), and
+what CUDA's stream-capture rules refuse across streams (``streams``)."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import torch
 from fp4lab.compile import frames
 from fp4lab.serving.capture import recorder
 from fp4lab.serving.replay import devices
+from fp4lab.serving.replay.streams import Streams
 
 HOST_SYNCS = {torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero}
 """Operators that wait for the GPU (``.item()``, ``nonzero``): a capturing stream refuses them."""
@@ -31,10 +33,17 @@ class Capture:
     host_reads: list[dict] = field(default_factory=list)
     asked: dict[str, bool] = field(default_factory=dict)
     gpu: devices.OnGpu | None = None
+    streams: Streams = field(init=False)
 
-    def flag(self, what: str, into: list[dict] | None = None) -> None:
+    def __post_init__(self) -> None:
+        self.streams = Streams(lambda what: self.flag(what, kernels_too=True),
+                               lambda: _release_frame(traceback.extract_stack()))  # fmt: skip
+
+    def flag(self, what: str, into: list[dict] | None = None, kernels_too: bool = False) -> None:
+        """Keep ``what`` with where it was asked; an operator a stand-in kernel issues is its GPU
+        kernel's own work and not flagged, unless ``kernels_too`` (a launch on a stream)."""
         stack = traceback.extract_stack()[:-2]
-        if _inside_standin(stack):  # a stand-in kernel's own work: the real one stays on the GPU
+        if not kernels_too and _inside_standin(stack):
             return
         frame = _release_frame(stack)
         (self.flags if into is None else into).append(
@@ -88,6 +97,7 @@ class _Watching(recorder._Recording):
         self.capture = capture
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        self.capture.streams.issued()
         if func.overloadpacket in HOST_SYNCS:
             name, gpu = func.overloadpacket.__name__, self.capture.gpu
             if gpu is None or gpu.holds(args, kwargs):
@@ -108,6 +118,7 @@ def segment_class(capture: Capture) -> type:
 
         def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
             capture.segment, capture.open = capture.segment + 1, True
+            capture.streams.begin()
             self.mode = _Watching(self, capture)
             self.mode.__enter__()
 
@@ -115,6 +126,7 @@ def segment_class(capture: Capture) -> type:
             if self.mode is None:
                 raise RuntimeError("capture_end without capture_begin")
             self.mode.__exit__(None, None, None)
+            capture.streams.end()
             self.mode, capture.open = None, False
 
         def instantiate(self) -> None:
@@ -134,10 +146,12 @@ def whole_class(capture: Capture) -> type:
 
         def __enter__(self) -> None:
             capture.segment, capture.open = capture.segment + 1, True
+            capture.streams.begin()
             self.mode.__enter__()
 
         def __exit__(self, *exc: object) -> None:
             self.mode.__exit__(*exc)
+            capture.streams.end()
             capture.open = False
 
     return Whole

@@ -23,17 +23,14 @@ from fp4lab.compile import target
 from fp4lab.serving.replay import inside, kernels, layout
 
 
-class _Stream:
+class _Stream(torch.cpu.Stream):
     """``torch.cuda.Stream`` during set-up: SGLang makes an alternate stream it uses only while
-    capturing CUDA graphs."""
+    capturing CUDA graphs (a CPU stream: in a capture its forks and joins are kept, ``streams``)."""
 
     stream_id = cuda_stream = property(id)  # what a breakable capture's stream hook reads
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
-        pass
-
-    def wait_stream(self, other: Any) -> None:
-        pass
+        super().__init__()
 
 
 def libcudart() -> list[dict]:
