@@ -23,7 +23,8 @@ PYTHON_VERSIONS ?=
 SGLANG_VERSIONS ?=
 # `make test` runs the test files on this many pytest-xdist workers (one per core, four at most:
 # each may hold a release's model in memory), each with its own build folder
-# (build/test-workers/<worker>), all sharing the uv cache.
+# (build/test-workers/<worker>), all sharing the uv cache; the files with the slow tests first
+# (tests/conftest.py orders them).
 TEST_WORKERS ?= $(shell $(PYTHON) -c "import os; print(min(4, os.cpu_count() or 1))")
 BUILD    := build
 VENV     := $(BUILD)/venv
@@ -96,7 +97,7 @@ benchmarks: $(STAMP)
 	$(PY) benchmarks/fp4_api_audit.py
 
 test: lint
-	exec $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile
+	exec $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+from collections import Counter
 from pathlib import Path
 
 import pytest
@@ -41,10 +42,19 @@ def run_notebook(isolated_outputs: Path):
     return run
 
 
+HEAVY = ("notebook", "serving", "environments", "bundle")
+"""Markers of the tests that run for minutes: the files with most of them go to the workers first
+(``make test`` keeps this order: ``--no-loadscope-reorder``), so that no worker is left with a
+long file at the end while the others wait."""
+
+
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """GPU tests are skipped, visibly and with the reason, where torch sees no CUDA GPU."""
+    """The files with most heavy tests (``HEAVY``) first, each file's tests kept in order; GPU tests
+    are skipped, visibly and with the reason, where torch sees no CUDA GPU."""
     import torch
 
+    heavy = Counter(item.path for item in items if any(m in item.keywords for m in HEAVY))
+    items.sort(key=lambda item: -heavy[item.path])
     if torch.cuda.is_available():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; torch sees none on this machine")

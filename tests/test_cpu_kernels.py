@@ -3,11 +3,13 @@ against its definition (the layouts the release's own code writes or reads)."""
 
 from __future__ import annotations
 
+import types
+
 import torch
 
 from fp4lab.compile import fix
 from fp4lab.fp4 import swizzle
-from fp4lab.serving.replay import cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
+from fp4lab.serving.replay import attention, cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
 
 
 def test_mxfp8_blocks_take_the_smallest_power_of_two_scale_and_round_to_e4m3():
@@ -36,6 +38,12 @@ def test_the_chunked_prefix_gather_writes_each_requests_slots_at_its_offset():
     )
     want = torch.cat([req_to_token[2, 5:8], req_to_token[0, 0:4], req_to_token[3, 10:12]])
     assert torch.equal(out[:9], want) and (out[9:] == -1).all(), out
+    whole = torch.full((12,), -1, dtype=torch.int32)  # each request from slot 0 (no start given)
+    cpu_graph_kernels.Launch(cpu_graph_kernels.flashinfer_kv_indices)[(3,)](
+        req_to_token, pool, lens, cu, None, whole, 50
+    )
+    want = torch.cat([req_to_token[2, :3], req_to_token[0, :4], req_to_token[3, :2]])
+    assert torch.equal(whole[:9], want) and (whole[9:] == -1).all(), whole
 
 
 def test_the_mla_key_concat_puts_the_rope_head_after_each_heads_nope_part():
@@ -60,3 +68,16 @@ def test_the_fused_fc1_swiglu_quantize_equals_its_parts_on_the_interleaved_weigh
     want_codes, want_scales = cpu_kernels.fp4_bytes(hidden, one, True)
     assert torch.equal(codes, want_codes) and scales.dtype == torch.float8_e4m3fn
     assert torch.equal(scales.view(torch.uint8), want_scales.view(torch.uint8))
+
+
+def test_the_kv_pool_reads_mlas_latent_cache_back_as_written_in_its_dtype():
+    """DeepSeek's one-shot MHA prefill writes the batch's latent cache, then reads it back by the
+    batch's KV indices: the stand-in pool gives the latent and its RoPE part as written."""
+    pool, layer = attention.KVPool(1, torch.bfloat16, 1, 8), types.SimpleNamespace(layer_id=3)
+    nope, rope = torch.randn(5, 1, 6), torch.randn(5, 1, 2)
+    loc = torch.tensor([7, 2, 9, 4, 0])
+    pool.set_mla_kv_buffer(layer, loc, nope, rope)
+    got_nope, got_rope = pool.get_mla_kv_buffer(layer, loc[[1, 3]], torch.float32)
+    assert got_nope.shape == (2, 1, 6) and got_rope.shape == (2, 1, 2)
+    assert torch.equal(got_nope, nope[[1, 3]].bfloat16().float())
+    assert torch.equal(got_rope, rope[[1, 3]].bfloat16().float())

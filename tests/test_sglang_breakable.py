@@ -151,6 +151,11 @@ def test_a_stop_of_fp4labs_own_making_is_not_measured_and_the_releases_own_is_bl
         "AssertionError: libcuda.so cannot found!", "triton/backends/nvidia/driver.py:46:f"
     )
     assert breakable_outcome.outcome(machine)[0] == "not measured"
+    compiled = {"breakable": {"blocked": {
+        "error": "TypeError: 'bool' object is not subscriptable",
+        "frames": ["sglang/srt/layers/moe/topk.py:2632:f", "torch/_dynamo/eval_frame.py:1166:w",
+                   "sglang/srt/layers/moe/topk.py:1923:g"]}}}  # fmt: skip
+    assert breakable_outcome.outcome(compiled)[0] == "not measured"
     for expected, replay in cases.items():
         assert breakable_outcome.outcome(replay)[0] == expected, replay
     refused = {"build_error": "ValueError: Minimum capability: 100", "refused_by_release": True}

@@ -134,10 +134,11 @@ def release_backend(host: Any) -> dict:
 
 
 class KVPool:
-    """In place of the release's KV pools, for one extend batch from an empty cache (nothing is
-    read back): the DSA indexer's key cache write is accepted, and the K and V buffers a fused
-    RoPE + KV-cache write fills (Qwen3 and gpt-oss, where the pool's dtype is bf16) are CPU
-    tensors of the KV cache's dtype, made per layer when first asked for."""
+    """In place of the release's KV pools, for one extend batch from an empty cache: the DSA
+    indexer's key cache write is accepted, the K and V buffers a fused RoPE + KV-cache write fills
+    (Qwen3 and gpt-oss, where the pool's dtype is bf16) are CPU tensors of the KV cache's dtype,
+    made per layer when first asked for, and MLA's latent cache is kept as written and read back
+    (DeepSeek's one-shot MHA prefill reads its batch's own keys)."""
 
     ROWS = 256
     """Cache slots per layer: more than the runner's largest warm-up batch."""
@@ -147,12 +148,32 @@ class KVPool:
         self.index_page_size = page_size  # the DSA indexer's key cache pages
         self.shape = (self.ROWS, kv_heads, head_dim)
         self.buffers: dict[int, tuple[torch.Tensor, torch.Tensor]] = {}
+        self.latents: dict[int, torch.Tensor] = {}  # MLA's latent cache per layer, as written
+        self.rope_width = 0
 
     def set_index_k_scale_buffer(self, layer_id, loc, index_k, index_k_scale) -> None:
         return None
 
-    def set_mla_kv_buffer(self, *args: Any, **kwargs: Any) -> None:
-        return None  # MLA's latent cache write (DeepSeek's MHA prefill path): nothing reads it back
+    def set_mla_kv_buffer(self, layer: Any, loc: Any, cache_k_nope: torch.Tensor,
+                          cache_k_rope: torch.Tensor) -> None:  # fmt: skip
+        """MLA's latent cache write (DeepSeek's MHA prefill): the latent and its RoPE part kept
+        per layer, in the cache's dtype, for ``get_mla_kv_buffer``; ``loc`` a tensor or, from
+        0.5.2x, what the release's own ``unwrap_write_loc`` unwraps."""
+        unwrap = attribute("sglang.srt.mem_cache.memory_pool", "unwrap_write_loc")
+        loc = loc if unwrap is None else unwrap(loc)[0]
+        latent = torch.cat([cache_k_nope, cache_k_rope], -1).reshape(loc.shape[0], 1, -1)
+        if layer.layer_id not in self.latents:
+            self.latents[layer.layer_id] = torch.zeros(
+                self.ROWS, 1, latent.shape[-1], dtype=self.dtype
+            )
+        self.latents[layer.layer_id][loc.long()] = latent.to(self.dtype)
+        self.rope_width = cache_k_rope.shape[-1]
+
+    def get_mla_kv_buffer(self, layer: Any, loc: torch.Tensor, dst_dtype: Any = None) -> tuple:
+        """The latent cache at ``loc`` read back as (latent, RoPE part), each ``(n, 1, width)``
+        (DeepSeek's one-shot MHA prefill reads its batch's own keys back)."""
+        found = self.latents[layer.layer_id][loc.long()].to(dst_dtype or self.dtype)
+        return found[..., : -self.rope_width], found[..., -self.rope_width :]
 
     def _layer(self, layer_id: int) -> tuple[torch.Tensor, torch.Tensor]:
         if layer_id not in self.buffers:

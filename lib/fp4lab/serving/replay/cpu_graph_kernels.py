@@ -41,3 +41,13 @@ def chunked_prefix_kv_indices(grid, req_to_token, req_pool_indices, starts, seq_
     column = (starts[request].long() + local).clamp(0, stride - 1)
     found = req_to_token[req_pool_indices[request].long(), column]
     kv_indices.copy_(torch.where(owned, found.to(kv_indices.dtype), kv_indices))
+
+
+def flashinfer_kv_indices(grid, req_to_token, req_pool_indices, page_kernel_lens, kv_indptr,
+                          kv_start_idx, kv_indices, stride: int) -> None:  # fmt: skip
+    """SGLang's ``create_flashinfer_kv_indices_triton``: for each request of the grid, its KV
+    slots (``req_to_token`` from ``kv_start_idx``, or 0, ``page_kernel_lens`` long) written at its
+    ``kv_indptr`` offset; the same gather as ``chunked_prefix_kv_indices``."""
+    starts = torch.zeros_like(page_kernel_lens) if kv_start_idx is None else kv_start_idx
+    chunked_prefix_kv_indices(grid, req_to_token, req_pool_indices, starts, page_kernel_lens,
+                              kv_indptr, kv_indices, stride)  # fmt: skip

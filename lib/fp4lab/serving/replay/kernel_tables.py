@@ -252,6 +252,8 @@ FP4 MoE layer, the TRT-LLM MoE runner), depending on the release and the SM."""
 
 CHUNKED_PREFIX = cpu_graph_kernels.Launch(cpu_graph_kernels.chunked_prefix_kv_indices)
 """The chunked-prefix KV gather as a Triton launch (``kernel[grid](*args)``)."""
+KV_INDICES = cpu_graph_kernels.Launch(cpu_graph_kernels.flashinfer_kv_indices)
+"""A request's KV slots gathered, as a Triton launch (``kernel[grid](*args)``)."""
 REPLACED = (
     ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.3-0.5.12), traced and run: one opaque op "
@@ -281,6 +283,11 @@ REPLACED = (
       for module in ("sglang.srt.model_executor.runner.prefill_cuda_graph_runner",
                      "sglang.srt.model_executor.runner.eager_runner",
                      "sglang.srt.model_executor.forward_batch_deepseek_mha_mixin")),
+    *((module, "create_flashinfer_kv_indices_triton", KV_INDICES,
+       "SGLang's Triton gather of each request's KV slots (DeepSeek's one-shot MHA prefill, the "
+       "KV index translator), launched as kernel[grid]: the gather in torch")
+      for module in ("sglang.srt.model_executor.forward_batch_deepseek_mha_mixin",
+                     "sglang.srt.mem_cache.kv_index_translator")),
     ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", cpu_moe_kernels.marlin_workspace,
      "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
     ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",
