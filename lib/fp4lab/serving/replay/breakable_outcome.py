@@ -8,9 +8,10 @@ from fp4lab.serving.replay import blame, flags
 NO_CPU_KERNEL = ("requires CUDA tensors", "no CUDA module is built on this machine")
 """What a kernel with no CPU stand-in says here: a CUDA-only kernel refusing CPU tensors, a JIT
 build fp4lab's ninja refused (on a GPU it builds)."""
-COMPILING = "torch/_dynamo/"
-"""A frame of torch.compile: a release function it compiles inside a simulated capture runs under
-fp4lab's torch-function and dispatch modes, which a real capture does not have."""
+COMPILING = ("torch._dynamo.exc.", "torch/_dynamo/", "torch/_inductor/")
+"""torch.compile's exceptions, then its frames: a release function it compiles inside a simulated
+capture runs under fp4lab's torch-function and dispatch modes, which a real capture does not
+have (asked after every more precise reason)."""
 STAND_IN = "StandInAttentionBackend"
 """The class name ``breakable`` gives the stand-in attention backend inside the release's
 environment, as the release's own messages name it."""
@@ -27,9 +28,6 @@ def capture_outcome(found: dict) -> tuple[str, str]:
         where = f"{stop['error']} [at {stop.get('release_frame') or stop['frames'][-1]}]"
         if blame.machine_only(stop):
             return "not measured", f"this machine has no CUDA driver for a Triton launch: {where}"
-        if any(f.startswith(COMPILING) for f in stop["frames"]):
-            return "not measured", (f"torch.compile of a release function stopped under fp4lab's "
-                                    f"capture modes (not run eagerly to blame it): {where}")  # fmt: skip
         if stop["frames"] and stop["frames"][-1].startswith("fp4lab/"):
             return (
                 "not measured",
@@ -45,6 +43,11 @@ def capture_outcome(found: dict) -> tuple[str, str]:
             return "not measured", f"the release asked fp4lab's stand-in for what it lacks: {where}"
         if any(w in stop["error"] for w in NO_CPU_KERNEL):
             return "not measured", f"a kernel with no CPU stand-in here: {where}"
+        if stop["error"].startswith(COMPILING[0]) or any(
+            f.startswith(COMPILING[1:]) for f in stop["frames"]
+        ):
+            return "not measured", (f"torch.compile of a release function stopped under fp4lab's "
+                                    f"capture modes (not run eagerly to blame it): {where}")  # fmt: skip
         return "blocked", where
     if found.get("flags"):
         first = found["flags"][0]
