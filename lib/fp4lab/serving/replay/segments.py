@@ -28,7 +28,6 @@ class Capture:
 
     bucket: int = 0
     segment: int = 0
-    open: bool = False
     flags: list[dict] = field(default_factory=list)
     host_reads: list[dict] = field(default_factory=list)
     asked: dict[str, bool] = field(default_factory=dict)
@@ -38,6 +37,11 @@ class Capture:
     def __post_init__(self) -> None:
         self.streams = Streams(lambda what: self.flag(what, kernels_too=True),
                                lambda: _release_frame(traceback.extract_stack()))  # fmt: skip
+
+    @property
+    def open(self) -> bool:
+        """Whether a segment is being captured (its stream capture open)."""
+        return self.streams.capture != 0
 
     def flag(self, what: str, into: list[dict] | None = None, kernels_too: bool = False) -> None:
         """Keep ``what`` with where it was asked; an operator a stand-in kernel issues is its GPU
@@ -117,7 +121,7 @@ def segment_class(capture: Capture) -> type:
             self.mode: _Watching | None = None
 
         def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
-            capture.segment, capture.open = capture.segment + 1, True
+            capture.segment += 1
             capture.streams.begin()
             self.mode = _Watching(self, capture)
             self.mode.__enter__()
@@ -127,7 +131,7 @@ def segment_class(capture: Capture) -> type:
                 raise RuntimeError("capture_end without capture_begin")
             self.mode.__exit__(None, None, None)
             capture.streams.end()
-            self.mode, capture.open = None, False
+            self.mode = None
 
         def instantiate(self) -> None:
             return None
@@ -145,13 +149,12 @@ def whole_class(capture: Capture) -> type:
             self.mode = _Watching(cuda_graph, capture)
 
         def __enter__(self) -> None:
-            capture.segment, capture.open = capture.segment + 1, True
+            capture.segment += 1
             capture.streams.begin()
             self.mode.__enter__()
 
         def __exit__(self, *exc: object) -> None:
             self.mode.__exit__(*exc)
             capture.streams.end()
-            capture.open = False
 
     return Whole

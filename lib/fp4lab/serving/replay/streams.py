@@ -51,8 +51,7 @@ class Event:
 
 class Streams:
     """The open capture's origin, the streams joined to it and their work; ``flag`` is called
-    with what a real capture refuses (and whether the work asking was the release's own call
-    rather than a kernel's)."""
+    with what a real capture refuses, ``where`` names the release's line that forked a stream."""
 
     def __init__(self, flag: Callable[[str], None], where: Callable[[], str]) -> None:
         self.flag, self.where = flag, where
