@@ -6,6 +6,7 @@
 #   make sglang [SGLANG_VERSIONS=0.5.9,0.5.16]  SGLang's own GLM-5 through every release (or those) x SM (notebook 11), then the report
 #   make benchmarks [BENCH_ARGS=--cold]  the speed goals (set-up cost, story timing, quantize throughput, FP4 API audit) into data/
 #   make readme                           rewrite README.md's findings and timings from data/
+#   make pages                            every page the last reproduce exported, checked in headless Chromium
 #   make gpu TORCH=<a CUDA torch>         notebooks 04-08 sized for one GPU (within 8 min on an H200)
 #   make gpu-bundle [PYTHON_VERSIONS=3.12]  the same as an offline folder (build/gpu-bundle/run.sh OUT),
 #                                         with SGLang's backend for notebook 04
@@ -63,7 +64,7 @@ export PYTHONUNBUFFERED      := 1
 CACHES := $(TORCHINDUCTOR_CACHE_DIR) $(FLASHINFER_WORKSPACE_BASE) $(MPLCONFIGDIR) $(TRITON_CACHE_DIR) \
           $(XDG_CACHE_HOME) $(HF_HOME) $(IPYTHONDIR) $(PIP_CACHE_DIR) $(TVM_FFI_CACHE_DIR)
 
-.PHONY: reproduce test lint lab list matrix sglang gpu gpu-bundle benchmarks readme venv lock clean
+.PHONY: reproduce test lint lab list matrix sglang gpu gpu-bundle benchmarks readme pages venv lock clean
 
 # The make targets write results to the committed data/ and figures/; interactive sessions
 # (make lab, a notebook run by hand) write to build/data and build/figures.
@@ -98,6 +99,10 @@ benchmarks: $(STAMP)
 
 test: lint
 	exec $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
+
+# Needs Debian's chromium (.ci/run installs it); without it the pages are skipped, visibly.
+pages: $(STAMP)
+	exec $(PY) -m pytest -p no:cacheprovider tests/test_pages.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

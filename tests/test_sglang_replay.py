@@ -329,6 +329,8 @@ def test_the_timeline_puts_the_two_outcomes_in_release_order(notebook_records, l
     assert summary["timeline"]["12.0"]["sentence"].startswith(
         f"SM12.0: {versions.STORY_VERSION} blocked at FlashInfer's FP4 quantize JIT (the story's nvcc"
     )
+    assert summary["timeline"]["12.0"]["run"] == timeline.to_run(story, "12.0"), "the table's cell"
+    assert summary["timeline"]["12.0"]["run"].startswith(f"SGLang {versions.STORY_VERSION}, `--")
 
 
 def _of(found: list[dict], kind: str) -> list[dict]:

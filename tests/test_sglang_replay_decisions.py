@@ -188,6 +188,10 @@ def test_the_timeline_groups_runs_of_releases_and_names_the_turning_points():
     never = [r for r in rows if r["outcome"] != "compiles"]
     assert timeline.recommendation(never, "12.0").startswith(f"SGLang {v[7]} with ")
     assert "--write-patch" in timeline.recommendation(never, "12.0")
+    assert timeline.to_run(rows, "12.0") == (
+        f"SGLang {v[12]}, `--enforce-piecewise-cuda-graph` (tc_piecewise)"
+    )
+    assert timeline.to_run(never, "12.0").endswith("+ fp4lab's patch (tc_piecewise)")
     sentence = timeline.sentence(rows, "12.0")
     assert (
         sentence.startswith(f"SM12.0: {v[0]} not applicable")
@@ -468,9 +472,14 @@ def test_the_recommendation_names_the_newest_release_and_captured_graph_that_wor
     assert said.startswith("SGLang 0.5.23 with `--cuda-graph-backend-prefill full` (full graphs"), (
         said
     )
+    assert (
+        timeline.to_run(rows, "10.0") == "SGLang 0.5.23, `--cuda-graph-backend-prefill full` (full)"
+    )
     rows[1]["breakable"] = "works"
     said = timeline.recommendation(rows, "10.0")
     assert said.startswith("SGLang 0.5.23 with no flag (breakable graphs"), said
+    assert timeline.to_run(rows, "10.0") == "SGLang 0.5.23, no flag (breakable)"
     for row in rows:
         row["breakable"] = row["full"] = "blocked"
     assert timeline.recommendation(rows, "10.0").startswith("no release measured here")
+    assert timeline.to_run(rows, "10.0") == "none measured here works"

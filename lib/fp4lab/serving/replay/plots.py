@@ -105,6 +105,12 @@ def blocker_codes(rows: list[dict]) -> dict[str, str]:
     return {name: chr(ord("A") + i) for i, name in enumerate(firsts)}
 
 
+LANE_INCHES, TITLE_INCHES, BELOW_INCHES = 0.45, 0.6, 1.7
+"""The grid's height: per lane, the title above, the release names and the legend below."""
+OUTCOME_LABEL = {"compiles": "compiles (tc), works (brk, full)"}
+"""An outcome as the grid's legend names it where its colour stands for more than one."""
+
+
 def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
     """The answer at a glance: SMs down, releases across (release order); per SM a lane coloured
     by the tc_piecewise outcome, a blocked cell lettered by its first blocker (the legend names
@@ -117,7 +123,8 @@ def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
     graphs = lane_graphs(rows)
     lanes = [(sm, graph) for sm in sm_list for graph in graphs]
     codes = blocker_codes(rows)
-    fig, ax = plt.subplots(figsize=(0.55 * len(version_list) + 1.4, 0.62 * len(lanes) + 2.6))
+    height = LANE_INCHES * len(lanes) + TITLE_INCHES + BELOW_INCHES
+    fig, ax = plt.subplots(figsize=(0.55 * len(version_list) + 1.4, height))
     for r in rows:
         x, y = version_list.index(r["sglang_version"]), lanes.index((r["sm"], "tc_piecewise"))
         ax.add_patch(plt.Rectangle((x, y), 0.94, 0.9, color=COLOURS.get(r["outcome"], "#cccccc")))
@@ -137,7 +144,8 @@ def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
     ax.tick_params(length=0)
     for side in ax.spines.values():
         side.set_visible(False)
-    outcomes = [plt.Rectangle((0, 0), 1, 1, color=c, label=o) for o, c in COLOURS.items()]
+    outcomes = [plt.Rectangle((0, 0), 1, 1, color=c, label=OUTCOME_LABEL.get(o, o))
+                for o, c in COLOURS.items()]  # fmt: skip
     letters = [plt.Rectangle((0, 0), 1, 1, color="white", label=f"{c}: {name}")
                for name, c in codes.items()]  # fmt: skip
     fig.legend(handles=outcomes + letters, loc="lower left", bbox_to_anchor=(0.02, 0.0),
@@ -148,7 +156,8 @@ def plot_grid(rows: list[dict], model: str = "GLM-5") -> object:
                  "prefill graph the release gives with no flag "
                  f"({', '.join(f'{v} = {k}' for k, v in GRAPH_SHORT.items())})", fontsize=7.5,
                  wrap=True)  # fmt: skip
-    fig.subplots_adjust(left=0.1, right=0.99, top=0.86, bottom=0.45)
+    fig.subplots_adjust(left=0.1, right=0.99, top=1 - TITLE_INCHES / height,
+                        bottom=BELOW_INCHES / height)  # fmt: skip
     return fig
 
 

@@ -140,19 +140,42 @@ def kernels(row: dict | None) -> str:
     return "; ".join(p for p in parts if p)
 
 
-def captured_recommendation(rows: list[dict], sm: str) -> str | None:
-    """The newest release whose captured prefill graphs work for the model on ``sm`` (captured
-    and replayed equal to eager, simulated), the release's default graph first where both work,
-    with its flag; None where none does."""
+def _captured_pick(rows: list[dict], sm: str) -> tuple[dict, str, str] | None:
+    """The newest release whose captured prefill graphs work for the model on ``sm``, the
+    release's default graph first where both work: its cell, the graph and its flag in words."""
     works = [(r, g) for r in rows if r["sm"] == sm for g in flags.CAPTURED if r.get(g) == "works"]
     if not works:
         return None
     r, graph = max(works, key=lambda w: (versions.order(w[0]["sglang_version"]),
                                          w[0].get("default_prefill") == w[1]))  # fmt: skip
     flag = r[f"{graph}_flag"]
-    flag = "no flag" if flag in (flags.NEEDED, None) else f"`{flag}`"
+    return r, graph, "no flag" if flag in (flags.NEEDED, None) else f"`{flag}`"
+
+
+def captured_recommendation(rows: list[dict], sm: str) -> str | None:
+    """``_captured_pick`` in words (captured and replayed equal to eager, simulated); None where
+    no captured graph works."""
+    picked = _captured_pick(rows, sm)
+    if picked is None:
+        return None
+    r, graph, flag = picked
     return (f"SGLang {r['sglang_version']} with {flag} ({graph} graphs: captured and replayed "
             f"equal to eager in a simulated capture)")  # fmt: skip
+
+
+def to_run(rows: list[dict], sm: str) -> str:
+    """``recommendation`` in a few words, for a table cell: the release, its flag and the prefill
+    graph."""
+    picked = _captured_pick(rows, sm)
+    if picked is not None:
+        r, graph, flag = picked
+        return f"SGLang {r['sglang_version']}, {flag} ({graph})"
+    r = recommended(rows, sm)
+    if r is None:
+        return "none measured here works"
+    flag = "no flag" if r["flag"] == flags.NEEDED else f"`{r['flag']}`"
+    patched = "" if r["outcome"] == "compiles" else " + fp4lab's patch"
+    return f"SGLang {r['sglang_version']}, {flag}{patched} (tc_piecewise)"
 
 
 def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
@@ -217,7 +240,7 @@ def timeline(rows: list[dict], model: str = "GLM-5") -> dict:
         sm: {"runs": runs(rows, sm), "defaults": defaults(rows, sm), **turning_points(rows, sm),
              **{f"{g}_runs": captured_runs(rows, sm, g) for g in flags.CAPTURED},
              "kernels": kernels(recommended(rows, sm) or newest_measured(rows, sm)),
-             "recommendation": recommendation(rows, sm, model),
+             "recommendation": recommendation(rows, sm, model), "run": to_run(rows, sm),
              "sentence": sentence(rows, sm, model)}
         for sm in dict.fromkeys(r["sm"] for r in rows)
     }  # fmt: skip
