@@ -8,23 +8,30 @@ Prints, and records in data/benchmark_story.jsonl:
   * with --cold, the wall time of `make reproduce` in a fresh clone with no environment and an
     empty cache (goal: < 45 min; downloads every package again), each notebook's status and
     seconds in that run, and that clone's build/ with hardlinks counted once (goal: <= 25 GiB);
+    then `make pages` there: every page it exported checked in headless Chromium (its exit
+    status and the pages it checked);
   * with --ci, the wall time and exit status of CI (`bash .ci/run`) in a fresh clone
     (goal: < 20 min), and whether Chromium was already installed (then .ci/run's apt install of
     it is not in the time);
   * the size on disk of the environment (build/venv).
 
-    build/venv/bin/python benchmarks/story_timing.py [--reproduce] [--cold] [--ci]
+The fresh clones go to a temporary folder, removed after; with --keep DIR, to DIR/cold and
+DIR/ci, kept (a cold run's data/ and pages, to read or commit).
+
+    build/venv/bin/python benchmarks/story_timing.py [--reproduce] [--cold] [--ci] [--keep DIR]
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import shutil
 import subprocess
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import fp4lab
@@ -93,14 +100,20 @@ def timed_run(
     return time.perf_counter() - started, done.returncode
 
 
-def fresh_clone(tmp: str) -> tuple[Path, dict[str, str]]:
-    """A clone of this checkout's HEAD in ``tmp``, and this process's environment without the
-    variables that would point the clone at this checkout's build/ and caches."""
-    clone = Path(tmp) / "fp4lab"
-    subprocess.run(["git", "clone", "-q", str(paths.REPO_ROOT), str(clone)], check=True)
-    prefixes = ("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_", "UV_", "TRITON_", "HF_", "XDG_CACHE",
-                "TVM_FFI_")  # fmt: skip
-    return clone, {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+@contextlib.contextmanager
+def fresh_clone(name: str, keep: Path | None) -> Iterator[tuple[Path, dict[str, str]]]:
+    """A clone of this checkout's HEAD, in ``keep/name`` (kept) or a temporary folder (removed
+    after), and this process's environment without the variables that would point the clone at
+    this checkout's build/ and caches."""
+    with contextlib.ExitStack() as stack:
+        folder = keep or Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="fp4lab-")))
+        clone = folder / name
+        if clone.exists():
+            raise SystemExit(f"--keep: {clone} exists; name a folder without {name}/")
+        subprocess.run(["git", "clone", "-q", str(paths.REPO_ROOT), str(clone)], check=True)
+        prefixes = ("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_", "UV_", "TRITON_", "HF_",
+                    "XDG_CACHE", "TVM_FFI_")  # fmt: skip
+        yield clone, {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
 
 
 def notebook_seconds(data: Path) -> dict[str, list]:
@@ -125,7 +138,11 @@ def main() -> None:
         "--cold", action="store_true", help="also time `make reproduce` in a fresh clone (cold)"
     )
     parser.add_argument("--ci", action="store_true", help="also time CI in a fresh clone")
+    parser.add_argument("--keep", type=Path, help="keep the fresh clones in this folder")
     args = parser.parse_args()
+    if args.keep is not None and not args.keep.is_dir():
+        parser.error(f"--keep: {args.keep} is not a folder")
+    keep = args.keep and args.keep.resolve()
     from fp4lab.core import records
 
     records.git_state()  # the checkout as it was when the timing began
@@ -142,15 +159,17 @@ def main() -> None:
             ["make", "reproduce"], paths.REPO_ROOT
         )
     if args.cold:
-        with tempfile.TemporaryDirectory(prefix="fp4lab-cold-") as tmp:
-            clone, env = fresh_clone(tmp)
+        with fresh_clone("cold", keep) as (clone, env):
             seconds, status = timed_run(["make", "reproduce"], clone, env)
             values |= {"reproduce_cold_s": seconds, "reproduce_cold_exit": status}
             values["reproduce_cold_notebooks"] = notebook_seconds(clone / "data")
             values["build_cold_bytes"] = paths.disk_bytes(clone / "build")
+            values["pages_cold_checked"] = sorted(
+                p.stem for p in (clone / "build/html").glob("*.html")
+            )
+            _, values["pages_cold_exit"] = timed_run(["make", "pages"], clone, env)
     if args.ci:
-        with tempfile.TemporaryDirectory(prefix="fp4lab-ci-") as tmp:
-            clone, env = fresh_clone(tmp)
+        with fresh_clone("ci", keep) as (clone, env):
             values["ci_chromium_installed_before"] = shutil.which("chromium") is not None
             values["ci_s"], values["ci_exit"] = timed_run(["bash", ".ci/run"], clone, env)
     values["venv_bytes"] = paths.disk_bytes(paths.build_dir() / "venv")
@@ -166,7 +185,7 @@ def main() -> None:
     )
     print(f"{'measure':38} {'value':>10}  goal")
     for key, value in values.items():
-        if isinstance(value, dict):
+        if isinstance(value, dict | list):
             continue
         goal = GOALS.get(key)
         shown = (

@@ -51,6 +51,8 @@ def test_fresh_clone_timings_say_met_or_missed_from_each_newest_record():
         "reproduce_cold_s": 3000.0,
         "build_cold_bytes": 20 * 2**30,
         "reproduce_cold_notebooks": notebooks,
+        "pages_cold_checked": ["00_env", "index"],
+        "pages_cold_exit": 1,
     }
     fast = {
         "reproduce_cold_s": 2000.0,
@@ -63,12 +65,18 @@ def test_fresh_clone_timings_say_met_or_missed_from_each_newest_record():
         "3000 s, goal 45 min MISSED; slowest: 14_models 1200 s, 11_sglang 900 s, 00_env 5 s" in cold
     )
     assert "did not run to the end: 14_models; its build/ 20.00 GiB, goal 25 GiB met" in cold
+    assert cold.endswith("; its 2 pages in headless Chromium (`make pages`): FAILED (exit 1);")
     assert "1300 s, goal 20 min MISSED, FAILED (exit 2)" in ci
     passed = {"ci_s": 900.0, "ci_exit": 0, "ci_chromium_installed_before": True}
     cold, ci = findings._fresh_clone_lines(
         [rows[1], rows[0], {"values": passed, "provenance": prov}]
     )
-    assert "2000 s, goal 45 min met; its build/ 30.00 GiB, goal 25 GiB MISSED" in cold
+    assert cold.endswith("2000 s, goal 45 min met; its build/ 30.00 GiB, goal 25 GiB MISSED;")
+    slow["pages_cold_exit"] = 0
+    [cold] = findings._fresh_clone_lines(rows[1:2])
+    assert cold.endswith(
+        "goal 25 GiB met; its 2 pages in headless Chromium (`make pages`): all pass;"
+    )
     assert (
         "900 s (Chromium already installed: its apt install not timed), goal 20 min met, passed"
         in ci

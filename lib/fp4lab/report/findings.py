@@ -167,6 +167,14 @@ def _goal_said(seconds: float, goal: float) -> str:
     return f"goal {goal / 60:.0f} min {'met' if seconds < goal else 'MISSED'}"
 
 
+def _pages_said(v: dict) -> str:
+    """The cold run's pages in headless Chromium (``make pages``), where they were checked."""
+    if "pages_cold_exit" not in v:
+        return ""
+    how = "all pass" if v["pages_cold_exit"] == 0 else f"FAILED (exit {v['pages_cold_exit']})"
+    return f"; its {len(v['pages_cold_checked'])} pages in headless Chromium (`make pages`): {how}"
+
+
 def _fresh_clone_lines(rows: list[dict]) -> list[str]:
     """The cold `make reproduce` and CI in a fresh clone, each from its newest record."""
     lines = []
@@ -186,7 +194,7 @@ def _fresh_clone_lines(rows: list[dict]) -> list[str]:
             f"commit {commit}): {v['reproduce_cold_s']:.0f} s, {_goal_said(v['reproduce_cold_s'], 2700)}"
             f"{slowest_said if slowest else ''}{failed_said if failed else ''}; its build/ "
             f"{_bytes_gb(v['build_cold_bytes'])}, goal 25 GiB "
-            f"{'met' if v['build_cold_bytes'] <= 25 * 2**30 else 'MISSED'};"
+            f"{'met' if v['build_cold_bytes'] <= 25 * 2**30 else 'MISSED'}{_pages_said(v)};"
         )  # fmt: skip
     ci = _newest_with(rows, "ci_s")
     if ci is not None:
