@@ -48,8 +48,7 @@ LAYOUT = """() => {
     const verdict = [...document.querySelectorAll('strong, b')].find(
         e => verdicts.includes(e.innerText.trim()));
     const shown = document.querySelector('img, table');
-    const streams = [...document.querySelectorAll(
-        '[data-mime-type="application/vnd.jupyter.stdout"], [data-mime-type="application/vnd.jupyter.stderr"]')];
+    const streams = [...document.querySelectorAll('.jp-RenderedText')];
     return {
         verdict_top: verdict ? top(verdict) : null,
         shown_top: shown ? top(shown) : null,
@@ -57,12 +56,15 @@ LAYOUT = """() => {
             c => c.getBoundingClientRect().height > %d).map(c => c.innerText.slice(0, 60)).slice(0, 5),
         truncated: [...document.querySelectorAll('td, th')].filter(
             c => ['...', '\u2026'].includes(c.innerText.trim())).length,
-        stream_lines: streams.reduce((n, e) => n + e.innerText.split('\\n').filter(l => l.trim()).length, 0),
+        stream_lines: streams.reduce((n, e) => n + e.innerText.split('\\n').filter(
+            l => l.trim() && !l.startsWith('[env] ')).length, 0),
     };
 }"""
 """Where a page's answer is and what would make it hard to read: the top of its first verdict
 (a bold word of ``evidence.VERDICTS``) and of its first figure or table, table cells taller than
-``TALL_CELL``, pandas' truncation rows, and the lines of stream output it shows."""
+``TALL_CELL``, pandas' truncation rows, and the lines of stream output it shows beyond the one
+line per environment it may show (``[env] ...``; nbconvert renders a notebook's printed text,
+stdout and stderr, and a value's plain repr as ``.jp-RenderedText``)."""
 FIRST_SCREEN = 1400
 """How far down, in CSS pixels at WIDTH, a page's verdict and first figure or table must be."""
 TALL_CELL = 240

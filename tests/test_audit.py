@@ -474,7 +474,15 @@ def test_12_audits_one_version_eager_first(run_notebook):
     assert cell["ops_one_graph"] == ["torch.ops.flashinfer.fp4_quantize"]
     assert "fp4_quantize" in cell["wrap"] and not set(cell["undetermined"]) & set(cell["wrap"])
     assert (executed.parent.parent / "figures" / "12_fp4_api_audit.png").exists()
-    exported(executed)  # its tables fit the window, no warnings on the page
+    counted = study.counts([r["values"] for r in rows if r["kind"] == "entry"])
+    [sm12] = counted[counted.SM == "12.0"].to_dict("records")
+    assert sm12["registered ops compile"] == f"1/{1 + len(cell['ops_wrap'])}"
+    assert (
+        sm12["compile to one graph"]
+        == f"{len(cell['one_graph'])}/{len(cell['one_graph']) + len(cell['wrap'])}"
+    )
+    text = exported(executed)  # its tables fit the window, no warnings on the page
+    assert "registered ops compile" in text, "the counts per version and SM, with the verdict"
 
 
 def test_the_heat_map_groups_rows_by_package_and_keeps_its_legend_off_the_footer():
@@ -511,4 +519,4 @@ def test_no_audited_entry_point_gives_no_figure_and_a_clear_verdict(isolated_out
     assert audit_plots.save_heatmap([], study.NOTEBOOK) is None
     assert "no entry point was audited" in capsys.readouterr().out
     with pytest.raises(AssertionError, match="no entry point could be audited"):
-        study.audit_verdict([])
+        study.counts([])

@@ -202,12 +202,15 @@ def summarize(rows: list[dict], per_version: list[dict]) -> dict:
     }
 
 
-def table(rows: list[dict]) -> pd.DataFrame:
+def table(rows: list[dict], newest_only: bool = False) -> pd.DataFrame:
     """One line per (version, entry point, SM), to filter: verdict and why, the eager outcome,
     the first blocker, each install mode, the tensors that decided; a cell with nothing to say
-    is empty (not NaN)."""
+    is empty (not NaN). With ``newest_only``, only the last version of the notebook's list."""
+    newest = rows[-1]["version"] if newest_only and rows else None
     lines = []
     for r in rows:
+        if newest is not None and r["version"] != newest:
+            continue
         tgt, first = r.get("trace") or {}, r.get("eager") or {}
         install = r.get("install") or {}
         home = install.get("jit_cuda_home") or {}
@@ -231,16 +234,20 @@ def table(rows: list[dict]) -> pd.DataFrame:
     return pd.DataFrame(lines).fillna("")
 
 
-def audit_verdict(rows: list[dict]) -> str:
-    """The headline, and per version and SM the entry points in each cell, from the summary of
-    ``rows``; AssertionError when nothing was audited."""
+def counts(rows: list[dict]) -> pd.DataFrame:
+    """Per version and SM, the audit's answer in counts (``cell_of``): entry points that compile
+    to one graph of those traced, those to wrap, registered ops that compile, and the calls not
+    decided, by why; AssertionError when nothing was audited."""
     evidence.guard(any(r["status"] == "audited" for r in rows), "no entry point could be audited")
-    summary = records.latest(NOTEBOOK)[-1]["values"]
-    lines = [summary["headline"]]
-    for version, about in summary["versions"].items():
-        for sm, cell in sorted(about["sms"].items(), reverse=True):
-            for name in CELLS[:-1]:
-                lines.append(f"{version} SM{sm} {name}: {', '.join(cell[name]) or 'none'}")
-            ended = ", ".join(f"{n} {o}" for o, n in cell["wrap_eager"].items()) or "none"
-            lines.append(f"{version} SM{sm} eager calls of those to wrap, past the break: {ended}")
-    return "\n".join(lines)
+    found: dict[tuple[str, str], Counter] = {}
+    for r in rows:
+        found.setdefault((r["version"], r["sm"]), Counter())[cell_of(r)] += 1
+    return pd.DataFrame(
+        [{"version": version, "SM": sm,
+          "compile to one graph": f"{c['one_graph']}/{c['one_graph'] + c['wrap']}",
+          "must be wrapped": c["wrap"],
+          "registered ops compile": f"{c['ops_one_graph']}/{c['ops_one_graph'] + c['ops_wrap']}",
+          "inputs rejected": c["input_rejected"], "target unsupported": c["target_unsupported"],
+          "undetermined": c["undetermined"], "not audited": c["not_audited"]}
+         for (version, sm), c in found.items()]
+    )  # fmt: skip
