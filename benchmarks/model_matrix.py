@@ -29,7 +29,8 @@ GOAL_S = 1800.0
 
 def main() -> None:
     from fp4lab.core import records
-    from fp4lab.serving.replay import matrix, models, versions
+    from fp4lab.serving.replay import matrix, versions
+    from fp4lab.serving.replay.shared import models
 
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=models.ALL)

@@ -9,7 +9,7 @@ import torch
 
 from fp4lab.compile import fix
 from fp4lab.fp4 import swizzle
-from fp4lab.serving.replay import attention, cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
+from fp4lab.serving.replay.release import attention, cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
 
 
 def test_mxfp8_blocks_take_the_smallest_power_of_two_scale_and_round_to_e4m3():

@@ -103,3 +103,35 @@ def test_every_module_stays_within_300_lines():
     long = {str(p.relative_to(LIB)): n for p in LIB.rglob("*.py")
             if (n := len(p.read_text().splitlines())) > 300}  # fmt: skip
     assert long == {}, f"split these by concern (docs/architecture.md): {long}"
+
+
+REPLAY = "fp4lab.serving.replay"
+SIDES = {"release": {"release", "shared"}, "shared": {"shared"}, "notebook": {"notebook", "shared"}}
+"""Which side of the replay's process boundary each side's modules may import: a release's
+environment runs ``release/`` (and what it reads of ``shared/``), the notebook's side the rest;
+it starts the children by their module's name, never by importing them."""
+
+
+def side(module: str) -> str | None:
+    """The side of the replay's process boundary ``module`` is on (None outside the replay)."""
+    if not module.startswith(REPLAY + "."):
+        return None
+    part = module.removeprefix(REPLAY + ".").split(".")[0]
+    return part if part in ("release", "shared") else "notebook"
+
+
+def crossings(graph: dict[str, set[str]]) -> list[str]:
+    """Each import across the replay's process boundary that ``SIDES`` does not allow."""
+    return sorted(f"{name} -> {found}" for name, imported in graph.items() if side(name)
+                  for found in imported if side(found) and side(found) not in SIDES[side(name)])  # fmt: skip
+
+
+def test_the_replay_imports_across_its_process_boundary_only_the_shared_rules():
+    assert crossings(import_graph(LIB)) == []
+
+
+def test_the_boundary_check_sees_the_notebooks_side_import_a_release_module():
+    graph = {f"{REPLAY}.matrix": {f"{REPLAY}.release.child", f"{REPLAY}.shared.flags"},
+             f"{REPLAY}.shared.flags": {f"{REPLAY}.versions"}}  # fmt: skip
+    assert crossings(graph) == [f"{REPLAY}.matrix -> {REPLAY}.release.child",
+                                f"{REPLAY}.shared.flags -> {REPLAY}.versions"]  # fmt: skip

@@ -18,7 +18,8 @@ import pytest
 import configs
 from fp4lab.compile import frames
 from fp4lab.core import paths
-from fp4lab.serving.replay import decide, matrix, models, pool, versions
+from fp4lab.serving.replay import decide, matrix, pool, versions
+from fp4lab.serving.replay.shared import models
 from resolutions import ENABLED
 
 

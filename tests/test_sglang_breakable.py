@@ -1,5 +1,5 @@
 """Breakable prefill graphs (SGLang 0.5.15 on) captured by the release's own runner on a CPU
-and replayed (``serving/replay/breakable``): a model that works, and each fault a real capture
+and replayed (``serving/replay/release/breakable``): a model that works, and each fault a real capture
 or replay would show, planted in the same real release and seen."""
 
 from __future__ import annotations
@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from fp4lab.core import paths
-from fp4lab.serving.replay import breakable_outcome, check, env, models
+from fp4lab.serving.replay import check, env
+from fp4lab.serving.replay.shared import breakable_outcome, models
 
 VERSION, SM = "0.5.16", "12.0"
 """The newest release the other replay tests build; breakable by default on CUDA."""

@@ -30,22 +30,10 @@ from browser import environment_lines, exported
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
 from fp4lab.serving import standins
-from fp4lab.serving.replay import (
-    decide,
-    env,
-    kept,
-    matrix,
-    models,
-    patch,
-    pool,
-    resolution,
-    scan,
-    split_check,
-    study,
-    timeline,
-    versions,
-)
-from fp4lab.serving.replay import runner as replay_runner
+from fp4lab.serving.replay import decide, env, kept, matrix, pool, scan, study, timeline, versions
+from fp4lab.serving.replay.release import resolution, split_check
+from fp4lab.serving.replay.release import runner as replay_runner
+from fp4lab.serving.replay.shared import models, patch
 from resolutions import ENABLED, REACHED, REMOVED
 
 pytestmark = pytest.mark.environments
@@ -270,10 +258,10 @@ def test_a_later_release_traces_glm5_through_but_reaches_a_kernel_sm120_lacks(la
 
 AVAILABILITY = """
 import json, sys
-from fp4lab.serving.replay.inside import simulated_gpu
+from fp4lab.serving.replay.release.inside import simulated_gpu
 with simulated_gpu((int(sys.argv[1]), 0)):
     import flashinfer
-    from fp4lab.serving.replay import availability
+    from fp4lab.serving.replay.release import availability
     found = availability.check({"attention_backend.forward": 1, "sglang::fp4_gemm": 1},
                                {"attention_backend": "dsa", "dsa_prefill_backend": "trtllm"},
                                (int(sys.argv[1]), 0))
@@ -464,7 +452,7 @@ def test_sglangs_own_split_cuts_the_same_graph_into_the_same_pieces(version, tmp
     (its CPU default and the GPU run's) are sizes the release's prefill capture list holds."""
     built = env.ensure_env(version)
     assert built.ok, built.error
-    child = venvs.Child(built.python, "fp4lab.serving.replay.split_check", (), f"split-{version}",
+    child = venvs.Child(built.python, "fp4lab.serving.replay.release.split_check", (), f"split-{version}",
                         f"the split check in SGLang {version}")  # fmt: skip
     found = venvs.run_child(child, tmp_path, 300)
     assert "error" not in found, found.get("error")
@@ -593,7 +581,7 @@ def test_a_dynamo_error_sglang_re_raised_is_read_from_dynamo_and_its_part_chosen
     """0.5.2x re-raises the compile pass's dynamo error as "Capture prefill CUDA graph failed";
     the blocker is dynamo's, and is_musa's import probe has its patch part."""
     from fp4lab.compile import trace
-    from fp4lab.serving.replay import child, inside
+    from fp4lab.serving.replay.release import child, inside
 
     def probe() -> None:
         raise torch._dynamo.exc.Unsupported("Import failure")

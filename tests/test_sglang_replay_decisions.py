@@ -9,20 +9,9 @@ import subprocess
 
 import pytest
 
-from fp4lab.serving.replay import (
-    decide,
-    failed,
-    flags,
-    kernels,
-    layout,
-    model,
-    models,
-    pool,
-    ranks,
-    timeline,
-    upstream,
-    versions,
-)
+from fp4lab.serving.replay import decide, pool, timeline, upstream, versions
+from fp4lab.serving.replay.release import failed, kernels, layout, model, ranks
+from fp4lab.serving.replay.shared import flags, models
 from resolutions import REACHED, REMOVED
 
 
@@ -31,13 +20,15 @@ def test_a_registry_that_failed_to_import_is_not_measured_not_not_applicable():
     imported nothing, and the parser could not be built either. That is fp4lab's environment,
     not SGLang: not measured, with the frame, never "not applicable"."""
     replay = {"build_error": "LookupError: the release's model registry has none of ...",
-              "build_frames": ["fp4lab/serving/replay/child.py:230:replay",
-                               "fp4lab/serving/replay/model.py:108:_architecture"],
+              "build_frames": ["fp4lab/serving/replay/release/child.py:230:replay",
+                               "fp4lab/serving/replay/release/model.py:108:_architecture"],
               }  # fmt: skip
     row = decide.cell("0.5.16", "12.0", replay)
     assert row["outcome"] == "not measured"
-    assert row["harness_frame"] == "fp4lab/serving/replay/model.py:108:_architecture"
-    assert row["note"].startswith("fp4lab's harness failed at fp4lab/serving/replay/model.py:108")
+    assert row["harness_frame"] == "fp4lab/serving/replay/release/model.py:108:_architecture"
+    assert row["note"].startswith(
+        "fp4lab's harness failed at fp4lab/serving/replay/release/model.py:108"
+    )
     read = decide.cell("0.5.16", "12.0", {**replay, "resolution": REACHED})
     assert read["outcome"] == "not measured", "the release resolves tc_piecewise: no excuse"
 
@@ -51,7 +42,7 @@ REFUSED_NVFP4 = [  # 0.5.3.post2, GLM-5 on SM12.0: the MoE's FP4 method asks for
     "sglang/srt/layers/quantization/modelopt_quant.py:694:get_quant_method",
     "sglang/srt/layers/quantization/modelopt_quant.py:879:__init__"]  # fmt: skip
 NO_DUMMY_WEIGHTS = [  # 0.5.4, Llama: its ModelOpt loader reads weight files, dummy or not
-    "fp4lab/serving/replay/model.py:257:build", "sglang/srt/model_loader/loader.py:1960:load_model",
+    "fp4lab/serving/replay/release/model.py:257:build", "sglang/srt/model_loader/loader.py:1960:load_model",
     "sglang/srt/model_loader/loader.py:595:load_model",
     "sglang/srt/model_loader/loader.py:603:load_weights_and_postprocess",
     "sglang/srt/models/llama.py:572:load_weights",
@@ -60,7 +51,7 @@ NO_DUMMY_WEIGHTS = [  # 0.5.4, Llama: its ModelOpt loader reads weight files, du
     "sglang/srt/model_loader/loader.py:387:_prepare_weights"]  # fmt: skip
 REGISTRY_MISS = [  # 0.5.5, GLM-5, when its registry was imported before the parallel groups
     # (its dummy loader's path to the class, with the lines of 0.5.5's files)
-    "fp4lab/serving/replay/model.py:257:build", "sglang/srt/model_loader/loader.py:723:load_model",
+    "fp4lab/serving/replay/release/model.py:257:build", "sglang/srt/model_loader/loader.py:723:load_model",
     "sglang/srt/model_loader/loader.py:222:_initialize_model",
     "sglang/srt/model_loader/utils.py:101:get_model_architecture",
     "sglang/srt/model_loader/utils.py:51:resolve_transformers_arch"]  # fmt: skip
@@ -78,7 +69,7 @@ def test_a_refusal_of_the_harnesss_choices_is_not_measured_and_the_releases_own_
             "build_error": "ValueError: ...", "build_frames": frames, "refused_by_release": refused,
             "harness_choice_refused": choice, "resolution": REACHED})  # fmt: skip
         assert row["outcome"] == "not measured" and said in row["note"]
-        assert row["harness_frame"] == "fp4lab/serving/replay/model.py:257:build"
+        assert row["harness_frame"] == "fp4lab/serving/replay/release/model.py:257:build"
     release = decide.cell("0.5.3.post2", "12.0", {
         "build_error": "ValueError: Current platform does not support NVFP4 quantization.",
         "build_frames": REFUSED_NVFP4, "refused_by_release": True, "resolution": REMOVED})  # fmt: skip
@@ -97,12 +88,12 @@ def test_a_model_sglang_built_in_place_of_the_releases_own_class_is_not_measured
     model.own_class(type("Qwen3MoeForCausalLM", (), {})(), "Qwen3MoeForCausalLM")
     row = decide.cell("0.5.5", "10.0", {
         "build_error": "NotTheReleasesModel: SGLang built TransformersForCausalLM, ...",
-        "build_frames": ["fp4lab/serving/replay/child.py:223:replay",
-                         "fp4lab/serving/replay/model.py:276:build",
-                         "fp4lab/serving/replay/model.py:98:own_class"],
+        "build_frames": ["fp4lab/serving/replay/release/child.py:223:replay",
+                         "fp4lab/serving/replay/release/model.py:276:build",
+                         "fp4lab/serving/replay/release/model.py:98:own_class"],
         "refused_by_release": False, "resolution": REACHED})  # fmt: skip
     assert row["outcome"] == "not measured"
-    assert row["harness_frame"] == "fp4lab/serving/replay/model.py:98:own_class"
+    assert row["harness_frame"] == "fp4lab/serving/replay/release/model.py:98:own_class"
 
 
 def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():
@@ -112,14 +103,14 @@ def test_a_stand_in_that_broke_is_not_measured_and_counted_apart():
               "resolution": REACHED}  # fmt: skip
     drive = {"resolution": REACHED, "harness_error": {
         "error": "AttributeError: 'PiecewiseCudaGraphRunner' object has no attribute 'input_ids'",
-        "frames": ["fp4lab/serving/replay/runner.py:307:output"],
-        "harness_frame": "fp4lab/serving/replay/runner.py:307:output"}}  # fmt: skip
+        "frames": ["fp4lab/serving/replay/release/runner.py:307:output"],
+        "harness_frame": "fp4lab/serving/replay/release/runner.py:307:output"}}  # fmt: skip
     crashed = {"error": "the GLM-5 replay of SGLang 0.5.13 on SM12.0 timed out after 600 s"}
     rows = [decide.cell("0.5.13", sm, r) for sm, r in
             (("9.0", broken), ("10.0", drive), ("12.0", crashed))]  # fmt: skip
     assert [r["outcome"] for r in rows] == ["not measured"] * 3
     assert rows[0]["harness_frame"].endswith(":__init__") and "get_num_sms" in rows[0]["note"]
-    assert rows[1]["harness_frame"] == "fp4lab/serving/replay/runner.py:307:output"
+    assert rows[1]["harness_frame"] == "fp4lab/serving/replay/release/runner.py:307:output"
     compiles = decide.cell("0.5.16", "12.0", {
         "resolution": REACHED, "chain": [], "fix": {
             "steps": [{"status": "compiled", "signature": "ok"}], "parts": [], "compiles": True,

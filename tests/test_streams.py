@@ -1,12 +1,12 @@
 """CUDA's stream-capture rules held across a simulated capture's streams and events
-(``serving/replay/streams``), each rule seen broken and kept on plain CPU streams."""
+(``serving/replay/release/streams``), each rule seen broken and kept on plain CPU streams."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from fp4lab.serving.replay.streams import Streams
+from fp4lab.serving.replay.release.streams import Streams
 
 
 def _streams() -> tuple[Streams, list[str]]:

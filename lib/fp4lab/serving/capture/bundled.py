@@ -42,7 +42,7 @@ MARKER = "bundled.json"
 IMPORT_PROBE = (
     "import sys; sys.modules['flashinfer'] = None\n"
     "import importlib.metadata as m, json, torch\n"
-    "from fp4lab.serving.replay import inside\n"
+    "from fp4lab.serving.replay.release import inside\n"
     "from fp4lab.serving.capture import sglang_backend\n"
     "from fp4lab.serving.capture.release import Release\n"
     "before = set(sys.modules)\n"

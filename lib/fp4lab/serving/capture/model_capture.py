@@ -35,7 +35,8 @@ import torch
 from fp4lab.compile import frames, stages
 from fp4lab.core import paths, probe
 from fp4lab.serving.capture import recorder, sglang_backend
-from fp4lab.serving.replay import child, forward, model, models, plugin, runner
+from fp4lab.serving.replay.release import child, forward, model, plugin, runner
+from fp4lab.serving.replay.shared import models
 
 VARIANTS = ("fullgraph_false", "custom_op")
 """``fullgraph_false``: the release as released, ``install_torch_compiled`` given

@@ -239,7 +239,7 @@ def debug_mode(release: Release, variant: str, shape: segment.LayerShape, layers
 
 
 def main(out: Path, scale: str, layers: str, tokens: str) -> int:
-    from fp4lab.serving.replay import inside
+    from fp4lab.serving.replay.release import inside
 
     os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
     shape = segment.LayerShape.glm5(int(scale))

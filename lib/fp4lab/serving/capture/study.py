@@ -15,8 +15,9 @@ from pathlib import Path
 
 from fp4lab.core import evidence, params, paths, records, venvs
 from fp4lab.serving.capture import bundled
-from fp4lab.serving.replay import env, models, versions
+from fp4lab.serving.replay import env, versions
 from fp4lab.serving.replay.pool import GLM5
+from fp4lab.serving.replay.shared import models
 
 DEFAULT_VERSIONS = ("0.5.9", "0.5.12", "0.5.21")
 """The story's release, the last of the first runner family and the tc_piecewise backend's."""

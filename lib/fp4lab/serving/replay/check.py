@@ -23,7 +23,8 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fp4lab.core import params
-from fp4lab.serving.replay import breakable_outcome, decide, env, flags, models, pool, versions
+from fp4lab.serving.replay import decide, env, pool, versions
+from fp4lab.serving.replay.shared import breakable_outcome, flags, models
 
 
 def blocker_lines(replay: dict) -> list[str]:

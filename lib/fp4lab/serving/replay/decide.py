@@ -11,8 +11,9 @@ equals eager, and the MoE's path under the trace.
 from __future__ import annotations
 
 from fp4lab.core import evidence, glm5
-from fp4lab.serving.replay import blame, patch, versions
-from fp4lab.serving.replay import flags as flags_module
+from fp4lab.serving.replay import versions
+from fp4lab.serving.replay.shared import blame, patch
+from fp4lab.serving.replay.shared import flags as flags_module
 
 STORY_SIGNATURES = ("subprocess", "file_io", "compiler_disable_under_fullgraph")
 """The story's three blockers (nvcc query, the JIT's file I/O, the compiler.disable patch)."""

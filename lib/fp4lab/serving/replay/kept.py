@@ -18,7 +18,8 @@ import os
 from pathlib import Path
 
 from fp4lab.core import paths, venvs
-from fp4lab.serving.replay import env, models
+from fp4lab.serving.replay import env
+from fp4lab.serving.replay.shared import models
 
 FOLDER = "sglang-compile/kept"
 """Under the build folder."""

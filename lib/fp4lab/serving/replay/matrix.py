@@ -16,7 +16,8 @@ from collections.abc import Callable
 
 from fp4lab.core import records
 from fp4lab.core.progress import say
-from fp4lab.serving.replay import breakable_outcome, decide, flags, models, pool, timeline, versions
+from fp4lab.serving.replay import decide, pool, timeline, versions
+from fp4lab.serving.replay.shared import breakable_outcome, flags, models
 
 NAME = "14_fp4_model_matrix"
 

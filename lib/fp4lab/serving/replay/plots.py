@@ -9,7 +9,8 @@ import textwrap
 from pathlib import Path
 
 from fp4lab.core import figures, glm5, records
-from fp4lab.serving.replay import breakable_outcome, decide, flags, timeline, versions
+from fp4lab.serving.replay import decide, timeline, versions
+from fp4lab.serving.replay.shared import breakable_outcome, flags
 from fp4lab.serving.replay.tables import patch_text
 
 COLOURS = dict(

@@ -17,7 +17,8 @@ from dataclasses import dataclass, field
 from fp4lab.core import paths, venvs
 from fp4lab.core.progress import say
 from fp4lab.serving import standins
-from fp4lab.serving.replay import breakable_outcome, env, flags, kept, models, scan, versions
+from fp4lab.serving.replay import env, kept, scan, versions
+from fp4lab.serving.replay.shared import breakable_outcome, flags, models
 
 CHILD_TIMEOUT_S = 600
 """The longest a child may take per walk it runs (``child.MODEL_TIMEOUT_S`` each, and the
@@ -53,7 +54,7 @@ class VersionRun:
 
 def child(version: str, sm: str, cuda_home: list[str], walks: list[Walk],
           env_vars: tuple[tuple[str, str], ...] = ()) -> venvs.Child:  # fmt: skip
-    """``python -m fp4lab.serving.replay.child OUT replay SM CUDA_HOMES MODES CHECKPOINT...`` in
+    """``python -m fp4lab.serving.replay.release.child OUT replay SM CUDA_HOMES MODES CHECKPOINT...`` in
     the release's environment, each model's tiny checkpoint written for it."""
     names = list(dict.fromkeys(m.name for m, _ in walks))
     stem = (f"{version}-sm{sm}" if names == [GLM5] else f"{names[0]}-{version}-sm{sm}"
@@ -61,7 +62,7 @@ def child(version: str, sm: str, cuda_home: list[str], walks: list[Walk],
     written = {m.name: str(models.write_tiny(*m.tiny()[:2], paths.build_dir() / LOGS /
                                              f"{m.name}-{version}-sm{sm}-model")) for m, _ in walks}  # fmt: skip
     python = env.env_dir(version) / "venv" / "bin" / "python"
-    return venvs.Child(python, "fp4lab.serving.replay.child",
+    return venvs.Child(python, "fp4lab.serving.replay.release.child",
                        ("replay", sm, ",".join(cuda_home), ",".join(w for _, w in walks),
                         *(written[m.name] for m, _ in walks)), stem,
                        f"the {names[0] + ' ' if len(names) == 1 else ''}replay of SGLang {version} "

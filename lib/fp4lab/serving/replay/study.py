@@ -15,19 +15,9 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fp4lab.core import evidence, params, records
-from fp4lab.serving.replay import (
-    breakable_outcome,
-    decide,
-    env,
-    models,
-    patch,
-    pool,
-    scan,
-    timeline,
-    upstream,
-    versions,
-)
+from fp4lab.serving.replay import decide, env, pool, scan, timeline, upstream, versions
 from fp4lab.serving.replay.pool import CUDA_HOME_CASES, GLM5, VersionRun
+from fp4lab.serving.replay.shared import breakable_outcome, models, patch
 
 
 def sm120_specific(rows: list[dict], version: str) -> bool | None:

@@ -7,7 +7,8 @@ from __future__ import annotations
 import html
 
 from fp4lab.core import page, records
-from fp4lab.serving.replay import decide, flags, timeline, upstream, versions
+from fp4lab.serving.replay import decide, timeline, upstream, versions
+from fp4lab.serving.replay.shared import flags
 
 PART_SHORT = {"fp4_quantize_op": "fp4 op", "dsa_indexer_split_op": "indexer split",
               "dsa_attention_split_op": "DSA attn split", "musa_probe_constant": "musa const"}  # fmt: skip

@@ -8,7 +8,8 @@ Releases are in release order (``versions.order``).
 
 from __future__ import annotations
 
-from fp4lab.serving.replay import decide, flags, versions
+from fp4lab.serving.replay import decide, versions
+from fp4lab.serving.replay.shared import flags
 
 STORY_WORDS = {
     "subprocess": "FlashInfer's FP4 quantize JIT (the story's nvcc subprocess)",

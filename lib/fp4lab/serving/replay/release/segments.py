@@ -14,8 +14,8 @@ import torch
 
 from fp4lab.compile import frames
 from fp4lab.serving.capture import recorder
-from fp4lab.serving.replay import devices
-from fp4lab.serving.replay.streams import Streams
+from fp4lab.serving.replay.release import devices
+from fp4lab.serving.replay.release.streams import Streams
 
 HOST_SYNCS = {torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero}
 """Operators that wait for the GPU (``.item()``, ``nonzero``): a capturing stream refuses them."""
@@ -60,10 +60,10 @@ class Capture:
 
 
 STANDIN_CODE = (
-    "fp4lab/serving/replay/cpu_",
-    "fp4lab/serving/replay/kernels.py",
-    "fp4lab/serving/replay/reached.py",
-    "fp4lab/serving/replay/attention.py",
+    "fp4lab/serving/replay/release/cpu_",
+    "fp4lab/serving/replay/release/kernels.py",
+    "fp4lab/serving/replay/release/reached.py",
+    "fp4lab/serving/replay/release/attention.py",
     "fp4lab/compile/fix.py",
     "fp4lab/fp4/",
 )

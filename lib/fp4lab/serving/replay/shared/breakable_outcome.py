@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from fp4lab.core import evidence
-from fp4lab.serving.replay import blame, flags
+from fp4lab.serving.replay.shared import blame, flags
 
 NO_CPU_KERNEL = ("requires CUDA tensors", "no CUDA module is built on this machine")
 """What a kernel with no CPU stand-in says here: a CUDA-only kernel refusing CPU tensors, a JIT

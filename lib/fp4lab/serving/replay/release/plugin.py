@@ -12,7 +12,8 @@ from typing import Any
 import torch
 
 from fp4lab.compile import fix
-from fp4lab.serving.replay import model, patch
+from fp4lab.serving.replay.release import model
+from fp4lab.serving.replay.shared import patch
 
 FP4_REFERENCE = "fp4lab reference (CPU kernel lent to fp4lab_patch::fp4_quantize)"
 

@@ -29,9 +29,8 @@ import torch
 from fp4lab.compile import frames, target
 from fp4lab.compile.audit import simulation
 from fp4lab.serving.capture import recorder
-from fp4lab.serving.replay import (
+from fp4lab.serving.replay.release import (
     attention,
-    breakable_outcome,
     devices,
     inside,
     kernels,
@@ -39,7 +38,8 @@ from fp4lab.serving.replay import (
     reworked,
     segments,
 )
-from fp4lab.serving.replay.failed import failure
+from fp4lab.serving.replay.release.failed import failure
+from fp4lab.serving.replay.shared import breakable_outcome
 
 BACKENDS = {"breakable": ("sglang.srt.model_executor.runner_backend.breakable_cuda_graph_backend",
                          "BreakableCudaGraphBackend"),

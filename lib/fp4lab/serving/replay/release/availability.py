@@ -27,7 +27,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from fp4lab.serving.replay import inside
+from fp4lab.serving.replay.release import inside
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
 

@@ -26,18 +26,18 @@ from typing import Any
 import torch
 
 from fp4lab.core import glm5
-from fp4lab.serving.replay import (
+from fp4lab.serving.replay.release import (
     attention,
     inside,
     kernels,
     layout,
-    models,
     quantize,
     ranks,
     resolution,
     reworked,
     setup_standins,
-)  # fmt: skip
+)
+from fp4lab.serving.replay.shared import models
 
 FALLBACKS = {glm5.ARCHITECTURE: ("DeepseekV32ForCausalLM",)}
 """The class built where a release lacks the config's own: GLM-5's falls back to DeepSeek-V3.2's,

@@ -1,6 +1,6 @@
 """Inside one SGLang environment: the release's own models through its piecewise runner, on one SM.
 
-    python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES MODES CHECKPOINT...
+    python -m fp4lab.serving.replay.release.child OUT.json replay SM CUDA_HOMES MODES CHECKPOINT...
 
 The release is imported once for a simulated GPU of SM (``model.imported``); then, in a fork of
 that process per tiny CHECKPOINT folder (``models.write_tiny``; GLM-5's ``GlmMoeDsaForCausalLM``
@@ -39,21 +39,19 @@ import torch
 
 from fp4lab.compile import fix, frames, stages, target
 from fp4lab.core import evidence, forks, paths, probe
-from fp4lab.serving.replay import (
+from fp4lab.serving.replay.release import (
     availability,
     facts,
-    flags,
     forward,
     kernels,
     model,
-    models,
-    patch,
     plugin,
     prefill_walk,
     reached,
     runner,
 )
-from fp4lab.serving.replay.failed import build_failed, failure
+from fp4lab.serving.replay.release.failed import build_failed, failure
+from fp4lab.serving.replay.shared import flags, models, patch
 
 KEEP = ("signature", "message", "skipped_builtin", "blocker_frame", "frames", "sglang_frames",
         "sglang_counter", "split_ops", "sglang_contexts", "entry", "backend", "seconds",
@@ -279,7 +277,7 @@ def main(argv: list[str]) -> int:
         or len(modes) != len(argv) - 5
         or any(m not in MODES for m in modes)
     ):
-        print(f"usage: python -m fp4lab.serving.replay.child OUT.json replay SM CUDA_HOMES "
+        print(f"usage: python -m fp4lab.serving.replay.release.child OUT.json replay SM CUDA_HOMES "
               f"MODES CHECKPOINT... (MODES: one of {', '.join(MODES)} per CHECKPOINT, "
               f"comma-separated)", file=sys.stderr)  # fmt: skip
         return 2

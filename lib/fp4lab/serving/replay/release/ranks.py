@@ -13,8 +13,8 @@ import importlib
 import inspect
 from typing import Any
 
-from fp4lab.serving.replay import kernels
-from fp4lab.serving.replay.layout import LayoutError
+from fp4lab.serving.replay.release import kernels
+from fp4lab.serving.replay.release.layout import LayoutError
 
 ONE_RANK = {"gpu_id": 0, "dist_port": 0, "local_rank": 0}
 """Values of one rank on one GPU for parameters named so; ``*_size`` is 1, ``*_rank`` is 0."""

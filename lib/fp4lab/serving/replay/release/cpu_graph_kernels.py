@@ -9,7 +9,7 @@ from functools import partial
 
 import torch
 
-from fp4lab.serving.replay.reached import counted
+from fp4lab.serving.replay.release.reached import counted
 
 
 class Launch:

@@ -30,7 +30,7 @@ import torch
 
 from fp4lab.compile import target, trace
 from fp4lab.compile.audit import simulation
-from fp4lab.serving.replay import (
+from fp4lab.serving.replay.release import (
     backend_graphs,
     inside,
     kernels,

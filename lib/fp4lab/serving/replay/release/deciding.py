@@ -18,7 +18,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from fp4lab.compile import target
-from fp4lab.serving.replay import kernels
+from fp4lab.serving.replay.release import kernels
 
 OLD_FIELDS = ("enable_piecewise_cuda_graph", "disable_piecewise_cuda_graph")
 """Where releases before ``cuda_graph_config`` (0.5.14) keep torch.compile piecewise graphs."""

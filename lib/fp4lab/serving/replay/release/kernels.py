@@ -37,9 +37,9 @@ from typing import Any
 import torch
 
 from fp4lab.core import paths
-from fp4lab.serving.replay import cpu_graph_kernels, cpu_kernels
-from fp4lab.serving.replay import kernel_tables as tables
-from fp4lab.serving.replay.reached import counted
+from fp4lab.serving.replay.release import cpu_graph_kernels, cpu_kernels
+from fp4lab.serving.replay.release import kernel_tables as tables
+from fp4lab.serving.replay.release.reached import counted
 
 
 def record(name: str, boundary: str, why: str, kernels: list[str] | None = None) -> dict:

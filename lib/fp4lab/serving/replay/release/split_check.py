@@ -2,7 +2,7 @@
 (``compile.piecewise``) on the same dynamo graph, and the prefill capture sizes the release's
 ``ServerArgs`` generates.
 
-    python -m fp4lab.serving.replay.split_check OUT.json
+    python -m fp4lab.serving.replay.release.split_check OUT.json
 
 The graph is fp4lab's GLM-5-shaped stack with attention as the split op and the quantize as the
 custom op (``fullgraph=True``, the fix), captured by a backend that keeps dynamo's graph. SGLang
@@ -22,7 +22,7 @@ import torch
 from torch import fx
 
 from fp4lab.compile import fix, piecewise, segment
-from fp4lab.serving.replay import inside
+from fp4lab.serving.replay.release import inside
 
 SHAPE = segment.LayerShape(hidden=64, heads=2, ffn=128)
 LAYERS, TOKENS, MAX_TOKENS = 2, 16, 2048

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from fp4lab.serving import read_parser
-from fp4lab.serving.replay import deciding, reworked, setup_standins
+from fp4lab.serving.replay.release import deciding, reworked, setup_standins
 
 GRAPHS = ("tc_piecewise", "breakable", "full")
 """The prefill graphs a user can ask a release for (``disabled`` is none)."""

@@ -16,8 +16,9 @@ import torch
 
 from fp4lab.compile import fix, frames, target
 from fp4lab.core import paths
-from fp4lab.serving.replay import kernels, model, models, reworked
-from fp4lab.serving.replay.runner import Run
+from fp4lab.serving.replay.release import kernels, model, reworked
+from fp4lab.serving.replay.release.runner import Run
+from fp4lab.serving.replay.shared import models
 
 CONTEXTS = (
     ("sglang.srt.compilation.compile", "set_compiled", (True,)),

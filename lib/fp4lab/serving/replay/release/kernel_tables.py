@@ -11,8 +11,8 @@ from collections.abc import Callable
 
 import torch
 
-from fp4lab.serving.replay import cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
-from fp4lab.serving.replay.reached import counted
+from fp4lab.serving.replay.release import cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
+from fp4lab.serving.replay.release.reached import counted
 
 SGL_KERNEL_OPS = {
     "rmsnorm": ("rmsnorm(Tensor(a!) output, Tensor input, Tensor weight, float eps, "

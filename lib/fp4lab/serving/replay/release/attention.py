@@ -15,8 +15,8 @@ from typing import Any
 import torch
 
 from fp4lab.compile import target
-from fp4lab.serving.replay.kernels import attribute, record
-from fp4lab.serving.replay.reached import REACHED
+from fp4lab.serving.replay.release.kernels import attribute, record
+from fp4lab.serving.replay.release.reached import REACHED
 
 
 class IndexerMetadata:

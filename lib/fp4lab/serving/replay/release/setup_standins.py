@@ -20,7 +20,7 @@ from typing import Any
 import torch
 
 from fp4lab.compile import target
-from fp4lab.serving.replay import inside, kernels, layout
+from fp4lab.serving.replay.release import inside, kernels, layout
 
 
 class _Stream(torch.cpu.Stream):

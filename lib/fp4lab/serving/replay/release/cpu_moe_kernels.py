@@ -15,7 +15,7 @@ import torch
 
 from fp4lab.compile import fix
 from fp4lab.fp4 import swizzle
-from fp4lab.serving.replay import cpu_kernels
+from fp4lab.serving.replay.release import cpu_kernels
 
 
 def moe_fused_gate(x, bias, groups, topk_group, topk, shared, scaling, on_output):

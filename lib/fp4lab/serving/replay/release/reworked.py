@@ -25,8 +25,8 @@ import torch
 from torch.overrides import _pop_mode_temporarily
 
 from fp4lab.compile import target
-from fp4lab.serving.replay import inside, kernels, ranks
-from fp4lab.serving.replay.reached import REACHED
+from fp4lab.serving.replay.release import inside, kernels, ranks
+from fp4lab.serving.replay.release.reached import REACHED
 
 TOKENS_FIELD = "cuda_graph_max_bs_prefill"
 """The reworked parser's cap on prefill capture sizes (tokens, for ``tc_piecewise``)."""

@@ -6,8 +6,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp4lab.serving.replay import availability, breakable, kernels, model, models, reached
-from fp4lab.serving.replay.failed import build_failed, failure
+from fp4lab.serving.replay.release import availability, breakable, kernels, model, reached
+from fp4lab.serving.replay.release.failed import build_failed, failure
+from fp4lab.serving.replay.shared import models
 
 
 def walk(release: model.Release, checkpoint: Path, found: dict, refused: Path,

@@ -4,7 +4,7 @@ and the torch it pins."""
 
 from __future__ import annotations
 
-from fp4lab.serving.replay import kernels
+from fp4lab.serving.replay.release import kernels
 
 
 def min_capability() -> int | None:

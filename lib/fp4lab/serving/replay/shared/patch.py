@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from fp4lab.serving.replay import patch_text
+from fp4lab.serving.replay.shared import patch_text
 
 PARTS = ("fp4_quantize_op", "dsa_indexer_split_op", "dsa_attention_split_op", "musa_probe_constant")
 """Every part a patch can hold, in the order the replay meets their blockers."""

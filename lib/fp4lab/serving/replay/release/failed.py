@@ -9,7 +9,7 @@ import traceback
 
 from fp4lab.compile import frames
 from fp4lab.core import paths
-from fp4lab.serving.replay import facts, model, quantize
+from fp4lab.serving.replay.release import facts, model, quantize
 
 REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/")
 """Where the release's own refusal of a model on an SM is raised (a ``ValueError`` there)."""
