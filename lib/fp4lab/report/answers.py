@@ -92,7 +92,7 @@ def per_sm() -> str:
          *(f"{g} (simulated capture)" for g in graphs), "what to run"],
         lambda line: [_where(line["runs"], o) or "none"
                       for o in ("compiles", "blocked", "kernel unavailable")]
-        + [_captured(line, g) for g in graphs] + [line.get("run") or line["recommendation"]],
+        + [_captured(line, g) for g in graphs] + [line["run"]],
     )  # fmt: skip
 
 
