@@ -141,6 +141,11 @@ def kernels(row: dict | None) -> str:
     return "; ".join(p for p in parts if p)
 
 
+def _flag_words(flag: str | None) -> str:
+    """A cell's flag as a recommendation says it: "no flag" where none is needed, else quoted."""
+    return "no flag" if flag in (flags.NEEDED, None) else f"`{flag}`"
+
+
 def _captured_pick(rows: list[dict], sm: str) -> tuple[dict, str, str] | None:
     """The newest release whose captured prefill graphs work for the model on ``sm``, the
     release's default graph first where both work: its cell, the graph and its flag in words."""
@@ -149,8 +154,7 @@ def _captured_pick(rows: list[dict], sm: str) -> tuple[dict, str, str] | None:
         return None
     r, graph = max(works, key=lambda w: (versions.order(w[0]["sglang_version"]),
                                          w[0].get("default_prefill") == w[1]))  # fmt: skip
-    flag = r[f"{graph}_flag"]
-    return r, graph, "no flag" if flag in (flags.NEEDED, None) else f"`{flag}`"
+    return r, graph, _flag_words(r[f"{graph}_flag"])
 
 
 def captured_recommendation(rows: list[dict], sm: str) -> str | None:
@@ -174,9 +178,8 @@ def to_run(rows: list[dict], sm: str) -> str:
     r = recommended(rows, sm)
     if r is None:
         return "none measured here works"
-    flag = "no flag" if r["flag"] == flags.NEEDED else f"`{r['flag']}`"
     patched = "" if r["outcome"] == "compiles" else " + fp4lab's patch"
-    return f"SGLang {r['sglang_version']}, {flag}{patched} (tc_piecewise)"
+    return f"SGLang {r['sglang_version']}, {_flag_words(r['flag'])}{patched} (tc_piecewise)"
 
 
 def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
@@ -192,7 +195,7 @@ def recommendation(rows: list[dict], sm: str, model: str = "GLM-5") -> str:
 def _traced_recommendation(rows: list[dict], sm: str, model: str) -> str:
     r = recommended(rows, sm)
     if r is not None and r["outcome"] == "compiles":
-        flag = "no flag" if r["flag"] == "none needed" else f"`{r['flag']}`"
+        flag = _flag_words(r["flag"])
         given = (
             f"; with no flag it gives {r['default_prefill']}"
             if r.get("default_prefill") and r["default_prefill"] != "tc_piecewise"
