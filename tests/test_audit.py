@@ -481,6 +481,13 @@ def test_12_audits_one_version_eager_first(run_notebook):
         sm12["compile to one graph"]
         == f"{len(cell['one_graph'])}/{len(cell['one_graph']) + len(cell['wrap'])}"
     )
+    shown = study.table([r["values"] for r in rows if r["kind"] == "entry"], newest_only=True)
+    assert len(shown.columns) <= 8, "short columns; the long text folded in detail"
+    [told] = shown[(shown["entry point"] == "fp4_quantize") & (shown.SM == "12.0")].to_dict(
+        "records"
+    )
+    assert (told["verdict"], told["blocker"]) == ("graph break", "subprocess")
+    assert told["detail"].startswith("<details>") and ":get_cuda_path" in told["detail"]
     text = exported(executed)  # its tables fit the window, no warnings on the page
     assert "registered ops compile" in text, "the counts per version and SM, with the verdict"
 

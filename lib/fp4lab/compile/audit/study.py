@@ -12,7 +12,7 @@ import pandas as pd
 from fp4lab.compile.audit.run import MUST_WRAP
 from fp4lab.compile.matrix.env import ensure_env, python
 from fp4lab.compile.matrix.versions import check_released
-from fp4lab.core import evidence, params, paths, records, venvs
+from fp4lab.core import evidence, page, params, paths, records, venvs
 from fp4lab.core.progress import say
 
 NOTEBOOK = "12_fp4_api_audit"
@@ -203,34 +203,28 @@ def summarize(rows: list[dict], per_version: list[dict]) -> dict:
 
 
 def table(rows: list[dict], newest_only: bool = False) -> pd.DataFrame:
-    """One line per (version, entry point, SM), to filter: verdict and why, the eager outcome,
-    the first blocker, each install mode, the tensors that decided; a cell with nothing to say
-    is empty (not NaN). With ``newest_only``, only the last version of the notebook's list."""
+    """One line per (version, SM, entry point) in seven short columns: its form, verdict, eager
+    outcome and first blocker; the long text (why, the blocker's frame, the frame with CUDA_HOME
+    set, whether a prebuilt install holds, the tensors) folded in ``detail``
+    (``core.page.details``). A cell with nothing to say is empty. With ``newest_only``, only the
+    last version of the notebook's list."""
     newest = rows[-1]["version"] if newest_only and rows else None
     lines = []
     for r in rows:
         if newest is not None and r["version"] != newest:
             continue
-        tgt, first = r.get("trace") or {}, r.get("eager") or {}
-        install = r.get("install") or {}
-        home = install.get("jit_cuda_home") or {}
-        lines.append(
-            {
-                "version": r["version"],
-                "sm": r["sm"],
-                "group": r.get("group"),
-                "entry_point": r["entry_point"],
-                "form": r.get("form"),
-                "verdict": r["verdict"],
-                "why": r.get("why") or r.get("reason"),
-                "eager": first.get("outcome"),
-                "blocker": tgt.get("signature"),
-                "blocker_frame": tgt.get("blocker_frame"),
-                "with_cuda_home": home.get("blocker_frame"),
-                "prebuilt_holds": (install.get("prebuilt") or {}).get("holds"),
-                "tensors": r.get("tensors"),
-            }
-        )
+        tgt, install = r.get("trace") or {}, r.get("install") or {}
+        said = {"why": r.get("why") or r.get("reason"),
+                "blocker frame": tgt.get("blocker_frame"),
+                "with CUDA_HOME set": (install.get("jit_cuda_home") or {}).get("blocker_frame"),
+                "prebuilt install holds": (install.get("prebuilt") or {}).get("holds"),
+                "tensors": r.get("tensors")}  # fmt: skip
+        detail = "; ".join(f"{k}: {v}" for k, v in said.items() if v not in (None, ""))
+        lines.append({"version": r["version"], "SM": r["sm"], "entry point": r["entry_point"],
+                      "form": r.get("form"), "verdict": r["verdict"],
+                      "eager": (r.get("eager") or {}).get("outcome"),
+                      "blocker": tgt.get("signature"),
+                      "detail": page.details("why", detail) if detail else ""})  # fmt: skip
     return pd.DataFrame(lines).fillna("")
 
 
