@@ -100,3 +100,12 @@ def test_each_finding_is_short_prose_and_the_replays_answers_are_tables(committe
     assert not re.search(r"0\.5\.\d+, 0\.5\.\d+, 0\.5\.\d+", table), "no enumerations"
     cut = view.within("One two three. Four five six seven eight nine ten.", 9, "04_x")
     assert cut == "One two three; the rest on 04_x's page."
+
+
+def test_flashinfer_versions_are_written_as_ranges_of_those_measured():
+    """Neighbours in the measured list join into one range; a gap in it starts another."""
+    from fp4lab.report import findings
+
+    measured = ["0.6.3", "0.6.12", "0.7.0", "0.7.1", "0.7.4"]
+    assert findings._ranges(["0.7.0", "0.6.12", "0.7.1"], measured) == "0.6.12–0.7.1"
+    assert findings._ranges(["0.6.3", "0.7.0", "0.7.4"], measured) == "0.6.3, 0.7.0, 0.7.4"

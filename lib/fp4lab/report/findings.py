@@ -57,18 +57,31 @@ def _story_line() -> str:
     )
 
 
+def _ranges(versions: list[str], measured: list[str]) -> str:
+    """``versions`` as ranges of neighbours in ``measured`` ("0.6.12–0.7.0, 0.7.4")."""
+    spans: list[list[str]] = []
+    for version in sorted(versions, key=measured.index):
+        if spans and measured.index(spans[-1][-1]) + 1 == measured.index(version):
+            spans[-1].append(version)
+        else:
+            spans.append([version])
+    return ", ".join(s[0] if len(s) == 1 else f"{s[0]}–{s[-1]}" for s in spans)
+
+
 def _matrix_line() -> str:
     rows = _latest("09_version_matrix", "summary")
     if not rows:
         return "- Across FlashInfer versions: not measured at this commit."
     v = rows[-1]["values"]
+    measured = v["versions_measured"]
     ranges = "; ".join(
-        f"{verdict}: {', '.join(versions)}"
+        f"{verdict}: {_ranges(versions, measured)}"
         for verdict, versions in (v.get("verdict_ranges") or {}).items()
         if versions
     )
     return (
-        f"- Across FlashInfer versions ({', '.join(v['versions_measured'])}; trace on "
+        f"- Across {len(measured)} FlashInfer versions from {measured[0]} to {measured[-1]} "
+        f"(ranges of those; trace on "
         f"{_where(rows[-1])}): {ranges}. The story's decision holds up to "
         f"{v['story_decision_holds_up_to'] or 'none of them'}; the upstream op removes the "
         f"blocker, with the right arguments, from {v['upstream_op_unblocks_from'] or 'none of them'}."
