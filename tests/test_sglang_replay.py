@@ -287,6 +287,47 @@ def test_a_kernel_is_unavailable_on_one_sm_and_available_on_another(later_releas
     assert f"({major}0) is {major != 9}" in gemm["evidence"]
 
 
+REGISTRY = """
+import importlib, json, sys
+from pathlib import Path
+from fp4lab.serving.replay.release import model, registry
+with model.imported((12, 0)):
+    if sys.argv[1] == "planted":  # a model module that asks for what only a walk sets up
+        real = importlib.import_module
+        def planted(name, *args):
+            if name == "sglang.srt.models.deepseek_v2":
+                raise AssertionError("tensor model parallel group is not initialized")
+            return real(name, *args)
+        importlib.import_module = planted
+    found = registry.imported_once((12, 0), Path(sys.argv[2]))
+    found["in_this_process"] = "sglang.srt.models.registry" in sys.modules
+print(json.dumps(found))
+"""
+
+
+@pytest.mark.parametrize("case", ["as released", "planted"])
+def test_the_registry_is_imported_once_only_where_no_model_module_needs_a_walks_set_up(
+    later_release, case, tmp_path
+):
+    """The release's registry imports cleanly before the walks fork (a module missing a package
+    fails the same in every process); a model module failing for want of the parallel groups
+    leaves the import to each walk, as the release's loader does it."""
+    run, replay, _ = later_release
+    done = subprocess.run([str(run.environment.python), "-c", REGISTRY, case,
+                           str(tmp_path / "registry.json")], capture_output=True, text=True,
+                          timeout=300, env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")})  # fmt: skip
+    assert done.returncode == 0, done.stderr[-2000:]
+    found = json.loads(done.stdout.splitlines()[-1])
+    clean = case == "as released"
+    assert (found["imported_once"], found["in_this_process"]) == (clean, clean), found
+    assert found["first"] == (
+        []
+        if clean
+        else ["sglang.srt.models.deepseek_v2: tensor model parallel group is not initialized"]
+    )
+    assert replay["registry"]["imported_once"] is True, "notebook 11's child imported it once"
+
+
 def test_a_patch_walk_is_the_same_whatever_walked_before_it(later_release):
     """GLM-5's patch walk in notebook 11's child (after its chain walk, each in a fork of its
     own) equals the patch walk alone in a fresh child, graph for graph: walked in one process

@@ -2,10 +2,11 @@
 
     python -m fp4lab.serving.replay.release.child OUT.json replay SM CUDA_HOMES MODES CHECKPOINT...
 
-The release is imported once for a simulated GPU of SM (``model.imported``); then, in a fork of
-that process per tiny CHECKPOINT folder (``models.write_tiny``; GLM-5's ``GlmMoeDsaForCausalLM``
-in the story) and its walk (``MODES``), the release's class is built (``model.build``) and its
-piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunner`` does:
+The release is imported once for a simulated GPU of SM (``model.imported``; its model registry
+too where that changes nothing: ``registry``); then, in a fork per tiny CHECKPOINT folder
+(``models.write_tiny``; GLM-5's ``GlmMoeDsaForCausalLM`` in the story) and its walk (``MODES``),
+the release's class is built (``model.build``) and its piecewise runner is driven on it
+(``runner.drive``), as the server's ``ModelRunner`` does:
 
 * **eager** (every walk but ``breakable``, first): the runner without ``install_torch_compiled``;
 * **chain** (MODE ``chain`` or ``story``): the story's blocker chain through the runner, each
@@ -20,8 +21,7 @@ piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunn
 Each walk has a fork of its own: walks in one process change each other (the first compile's
 trace fills memos the next one finds filled: sgl_kernel's ``is_arch_support_pdl``).
 
-CUDA_HOMES and MODES (one per CHECKPOINT) are comma-separated; OUT holds ``replays`` in order.
-"""
+CUDA_HOMES and MODES (one per CHECKPOINT) are comma-separated; OUT holds ``replays`` in order."""
 
 from __future__ import annotations
 
@@ -48,6 +48,7 @@ from fp4lab.serving.replay.release import (
     plugin,
     prefill_walk,
     reached,
+    registry,
     runner,
 )
 from fp4lab.serving.replay.release.failed import build_failed, failure
@@ -197,17 +198,16 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
 
 
 MODES = ("story", "chain", "patch", *flags.CAPTURED)
-"""What a replay walks (the module docstring): ``patch``, ``chain``, ``story``, or a captured
-prefill graph (``flags.CAPTURED``, no eager pass)."""
+"""What a replay walks (the module docstring): ``patch``, ``chain``, ``story`` or a captured graph."""
 
 MODEL_TIMEOUT_S = 480
 """The longest one model's replay (its fork) may take."""
 
 
 def replay_all(sm: tuple[int, int], cuda_homes: list[str], modes: list[str], out: Path,
-               checkpoints: list[Path]) -> list[dict]:  # fmt: skip
-    """Each checkpoint's replay (``replay``) in its mode, the release imported once and each model
-    built and driven in a fork of this process, so no model's patch reaches the next."""
+               checkpoints: list[Path]) -> dict:  # fmt: skip
+    """Each checkpoint's replay (``replay``) in its mode, the release (and its registry where it
+    may: ``registry``) imported once, each model built and driven in a fork of its own."""
     os.environ.setdefault("SGLANG_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang"))
     os.environ.setdefault(
         "SGLANG_JIT_CACHE_DIR", str(paths.build_dir() / "cache" / "sglang" / "jit")
@@ -215,11 +215,13 @@ def replay_all(sm: tuple[int, int], cuda_homes: list[str], modes: list[str], out
     probe.machine()  # probed before torch is made to claim a GPU
     try:
         with model.imported(sm) as release:
-            return [forks.forked(lambda c=c, m=m: replay(release, cuda_homes, m, out, c),
-                                 out.with_name(f"{out.stem}-{i}.json"), MODEL_TIMEOUT_S)
-                    for i, (c, m) in enumerate(zip(checkpoints, modes, strict=True))]  # fmt: skip
+            once = registry.imported_once(sm, out.with_name(f"{out.stem}-registry.json"))
+            return {"registry": once, "replays": [
+                forks.forked(lambda c=c, m=m: replay(release, cuda_homes, m, out, c),
+                             out.with_name(f"{out.stem}-{i}.json"), MODEL_TIMEOUT_S)
+                for i, (c, m) in enumerate(zip(checkpoints, modes, strict=True))]}  # fmt: skip
     except Exception as exc:  # recorded per model: the release failed to import here
-        return [build_failed(exc, models.read(c).architecture) for c in checkpoints]
+        return {"replays": [build_failed(exc, models.read(c).architecture) for c in checkpoints]}
 
 
 def replay(release: model.Release, cuda_homes: list[str], mode: str, out: Path,
@@ -284,8 +286,8 @@ def main(argv: list[str]) -> int:
     out, _, sm, cuda_homes, _, *checkpoints = argv
     warnings.simplefilter("ignore")
     major, minor = (int(p) for p in sm.split("."))
-    found = {"replays": replay_all((major, minor), cuda_homes.split(","), modes, Path(out),
-                                   [Path(c) for c in checkpoints]),
+    found = {**replay_all((major, minor), cuda_homes.split(","), modes, Path(out),
+                          [Path(c) for c in checkpoints]),
              "python": platform.python_version(), "torch": torch.__version__,
              "release_torch": facts.pinned("torch"),
              "flashinfer": getattr(target.flashinfer, "__version__", None),

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import functools
 import logging
 import os
 from pathlib import Path
@@ -49,9 +50,10 @@ class Refused(ValueError):
     """The release's parser refused a command line (its words)."""
 
 
+@functools.cache
 def parser() -> argparse.ArgumentParser:
-    """The release's own ``ServerArgs`` parser; a refusal raises ``Refused`` with its words
-    instead of exiting."""
+    """The release's own ``ServerArgs`` parser, built once a process (its options hold no
+    state a parse changes); a refusal raises ``Refused`` with its words instead of exiting."""
     from sglang.srt.server_args import ServerArgs
 
     built = argparse.ArgumentParser(prog="sglang serve")
