@@ -38,7 +38,7 @@ import fp4lab
 
 fp4lab.setup()  # caches into build/ before torch is imported
 
-from fp4lab.core import paths  # noqa: E402
+from fp4lab.core import paths, process  # noqa: E402
 
 RESTART_S = 240.0  # the story: each try cost a 4-minute server restart
 GOALS = {
@@ -96,8 +96,13 @@ def timed_run(
     process's); its progress is shown as it runs."""
     print(f"$ {' '.join(command)}  (in {checkout})", flush=True)
     started = time.perf_counter()
-    done = subprocess.run(command, cwd=checkout, env=env)
-    return time.perf_counter() - started, done.returncode
+    with process.sigterm_raises():  # stopped with this benchmark, its whole group
+        proc = subprocess.Popen(command, cwd=checkout, env=env, start_new_session=True)
+        try:
+            returncode = proc.wait()
+        finally:
+            process.stop(proc)
+    return time.perf_counter() - started, returncode
 
 
 @contextlib.contextmanager

@@ -5,23 +5,30 @@ from __future__ import annotations
 
 import types
 
+import pytest
 import torch
 
 from fp4lab.compile import fix
-from fp4lab.fp4 import swizzle
-from fp4lab.serving.replay.release import attention, cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
+from fp4lab.fp4 import encodings, swizzle
+from fp4lab.serving.replay.release import (
+    attention,
+    cpu_graph_kernels,
+    cpu_kernels,
+    cpu_moe_kernels,
+    cpu_quant_kernels,
+)
 
 
 def test_mxfp8_blocks_take_the_smallest_power_of_two_scale_and_round_to_e4m3():
     x = torch.randn(5, 64, generator=torch.Generator().manual_seed(0)) * torch.logspace(-3, 3, 64)
-    codes, scales = cpu_moe_kernels.mxfp8_quantize(x, is_sf_swizzled_layout=False)
+    codes, scales = cpu_quant_kernels.mxfp8_quantize(x, is_sf_swizzled_layout=False)
     scale = torch.exp2(scales.float() - 127).repeat_interleave(32, dim=1)
     assert codes.dtype == torch.float8_e4m3fn and scales.shape == (5, 2)
     assert (codes.float().abs().amax() <= 448) and (
         codes.float().view(5, 2, 32).abs().amax(-1) > 224
     ).all()
     assert ((codes.float() * scale - x).abs() <= x.abs() * 2**-4 + scale * 2**-10).all()
-    swizzled = cpu_moe_kernels.mxfp8_quantize(x)[1]
+    swizzled = cpu_quant_kernels.mxfp8_quantize(x)[1]
     assert swizzled.shape == (128 * 4,) and torch.equal(
         swizzle.unswizzle_128x4(swizzled, 5, 2), scales
     )
@@ -81,3 +88,87 @@ def test_the_kv_pool_reads_mlas_latent_cache_back_as_written_in_its_dtype():
     assert got_nope.shape == (2, 1, 6) and got_rope.shape == (2, 1, 2)
     assert torch.equal(got_nope, nope[[1, 3]].bfloat16().float())
     assert torch.equal(got_rope, rope[[1, 3]].bfloat16().float())
+
+
+def test_the_mxfp_upcast_is_each_e2m1_code_times_its_blocks_power_of_two_along_the_axis():
+    g = torch.Generator().manual_seed(2)
+    codes = torch.randint(0, 16, (2, 3, 64), generator=g, dtype=torch.uint8)
+    scales = torch.randint(120, 134, (2, 3, 2), generator=g, dtype=torch.uint8)
+    want = encodings.e2m1_decode(codes) * torch.exp2(scales.float() - 127).repeat_interleave(32, -1)
+    packed = encodings.pack_e2m1(codes)
+    got = cpu_quant_kernels.upcast_from_mxfp(packed, scales, torch.bfloat16, -1)
+    assert got.dtype == torch.bfloat16 and torch.equal(got.float(), want)
+    across = cpu_quant_kernels.upcast_from_mxfp(
+        packed.transpose(1, 2).contiguous(), scales.transpose(1, 2).contiguous(), torch.float32, 1
+    )
+    assert torch.equal(across, want.transpose(1, 2))
+
+
+def test_per_token_group_quant_scales_each_group_to_the_code_range_and_packs_ue8m0_exponents():
+    x = torch.randn(3, 64, generator=torch.Generator().manual_seed(3)) * torch.logspace(-2, 2, 64)
+    q, s = torch.empty(3, 64, dtype=torch.float8_e4m3fn), torch.empty(3, 2)
+    cpu_quant_kernels.per_token_group_quant(x.bfloat16(), q, s, 32)
+    groups = q.float().view(3, 2, 32)
+    assert torch.equal(groups.abs().amax(-1), torch.full((3, 2), 448.0))
+    back, want = (groups * s.unsqueeze(-1)).view(3, 64), x.bfloat16().float()
+    step = s.repeat_interleave(32, -1) * 2**-9  # e4m3's smallest step, in the group's scale
+    assert ((back - want).abs() <= want.abs() * 2**-3 + step).all()
+    packed = torch.empty(3, 1, dtype=torch.int32)
+    cpu_quant_kernels.per_token_group_quant(x.bfloat16(), q, packed, 32, scale_ue8m0=True)
+    exponents = packed.view(torch.uint8).view(3, 4)
+    assert (exponents[:, 2:] == 0).all(), "the word's unused bytes stay zero"
+    power = torch.exp2(exponents[:, :2].float() - 127)
+    assert ((power >= s) & (power < 2 * s)).all(), "the smallest power of two at or above"
+    fused = torch.empty(3, 32, dtype=torch.float8_e4m3fn)
+    cpu_quant_kernels.per_token_group_quant(x, fused, torch.empty(3, 1), 32, fuse_silu_and_mul=True)
+    act = torch.nn.functional.silu(x[:, :32]) * x[:, 32:]
+    assert torch.equal(fused.float().abs().amax(-1), torch.full((3,), 448.0))
+    scale = act.abs().amax(-1, keepdim=True) / 448
+    assert ((fused.float() * scale - act).abs() <= act.abs() * 2**-3 + scale * 2**-9).all()
+
+
+def _moe_by_token(x, w1, w2, weights, ids, act, b1=None, b2=None):
+    """The MoE token by token, slot by slot: the definition the stand-in is held to."""
+    want = torch.zeros(x.shape[0], w2.shape[1])
+    for token, slot in ((t, k) for t in range(ids.shape[0]) for k in range(ids.shape[1])):
+        e = int(ids[token, slot])
+        if e >= 0:
+            h = x[token] @ w1[e].T + (0 if b1 is None else b1[e])
+            want[token] += weights[token, slot] * (act(h) @ w2[e].T + (0 if b2 is None else b2[e]))
+    return want
+
+
+def test_the_triton_moe_is_each_tokens_experts_by_definition_and_binds_each_releases_order():
+    g = torch.Generator().manual_seed(4)
+    x, w1 = torch.randn(5, 8, generator=g), torch.randn(3, 8, 8, generator=g)
+    w2, b1, b2 = (
+        torch.randn(3, 8, 4, generator=g),
+        torch.randn(3, 8, generator=g),
+        torch.randn(3, 8, generator=g),
+    )
+    ids = torch.tensor([[0, 2], [1, -1], [2, 2], [0, 1], [-1, 1]])  # -1: an expert filtered out
+    weights = torch.rand(5, 2, generator=g)
+
+    def swiglu_oai(h):
+        gate, up = h[::2].clamp(max=7.0), h[1::2].clamp(-7.0, 7.0)
+        return gate * torch.sigmoid(gate * 1.702) * (up + 1)
+
+    given = dict(hidden_states=x.clone(), w1=w1, w2=w2, topk_weights=weights, topk_ids=ids, b1=b1,
+                 b2=b2, inplace=True, gemm1_alpha=1.702, gemm1_limit=7.0, routed_scaling_factor=2.0)  # fmt: skip
+    out = cpu_moe_kernels.triton_fused_experts(**given)
+    want = _moe_by_token(x, w1, w2, weights, ids, swiglu_oai, b1, b2)
+    assert out is given["hidden_states"] and torch.allclose(out, 2 * want, atol=1e-5)
+
+    def release(hidden_states, w1, w2, topk_weights, topk_ids, b1=None, b2=None, inplace=False,
+                activation="silu", apply_router_weight_on_input=False, use_fp8_w8a8=False):  # fmt: skip
+        raise AssertionError("the stand-in runs instead")
+
+    bound = cpu_moe_kernels.ByReleaseSignature(cpu_moe_kernels.triton_fused_experts).bound_to(
+        release
+    )
+    gelu = bound(x, w1, w2, weights, ids, None, None, False, "gelu")  # positional, as it calls
+    halves = _moe_by_token(x, w1, w2, weights, ids,
+                           lambda h: torch.nn.functional.gelu(h[:4]) * h[4:])  # fmt: skip
+    assert torch.allclose(gelu, halves, atol=1e-5)
+    with pytest.raises(NotImplementedError, match="use_fp8_w8a8"):
+        bound(x, w1, w2, weights, ids, use_fp8_w8a8=True)

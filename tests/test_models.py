@@ -9,6 +9,7 @@ architecture's features when shrunk, and names its source and assumed fields.
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -18,7 +19,7 @@ import pytest
 import configs
 from fp4lab.compile import frames
 from fp4lab.core import paths
-from fp4lab.serving.replay import decide, matrix, pool, versions
+from fp4lab.serving.replay import decide, env, matrix, pool, versions
 from fp4lab.serving.replay.shared import models
 from resolutions import ENABLED
 
@@ -302,3 +303,30 @@ def test_0_5_4_builds_a_prequantized_modelopt_checkpoint_with_its_own_dummy_load
     assert (
         "build/sglang-compile/logs/" in other["note"] and str(paths.REPO_ROOT) not in other["note"]
     )
+
+
+@pytest.mark.environments
+def test_gpt_oss_on_hopper_is_measured_through_its_dequantized_moe_and_the_stand_ins_it_reached():
+    """On SM9.0 the release's MXFP4 MoE dequantizes its weights to BF16 at load with
+    triton_kernels' Triton upcast, then runs SGLang's Triton MoE: both Triton kernels, whose
+    launch finds no libcuda here. Each is stood in for at its boundary, listed as reached, and
+    the cell is measured; the upcast stand-in agrees with triton_kernels' own torch upcast."""
+    oss = models.named("gpt-oss-120b-mxfp4")
+    [run] = matrix.measure([oss], [versions.TEST_VERSIONS[-1]], ["9.0"], fresh=True)
+    row = matrix.row(oss, run.version, "9.0", run.by_model[oss.name]["9.0"], run.calls)
+    assert row["breakable"] == "works", row["breakable_note"]
+    assert {"upcast_from_mxfp_load_time", "fused_experts_impl_eager_only"} <= set(
+        row["standins_reached"]
+    ), row["standins_reached"]
+    agree = (
+        "import torch; from triton_kernels.numerics_details import mxfp;"
+        "from fp4lab.serving.replay.release import cpu_quant_kernels as q;"
+        "g = torch.Generator().manual_seed(0);"
+        "w = torch.randint(0, 256, (4, 6, 32), dtype=torch.uint8, generator=g);"
+        "s = torch.randint(118, 136, (4, 6, 2), dtype=torch.uint8, generator=g);"
+        "assert torch.equal(q.upcast_from_mxfp(w, s, torch.bfloat16, -1),"
+        " mxfp.upcast_from_mxfp_torch(w, s, torch.bfloat16, -1))"
+    )
+    python = env.ensure_env(run.version).python
+    subprocess.run([str(python), "-c", agree], check=True, timeout=300,
+                   env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")})  # fmt: skip

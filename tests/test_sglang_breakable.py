@@ -144,6 +144,15 @@ def test_a_stop_of_fp4labs_own_making_is_not_measured_and_the_releases_own_is_bl
                  "RuntimeError: Ninja build failed. Ninja output: no CUDA module is built on this machine",
                  "AssertionError: StandInAttentionBackend does not support it"):  # fmt: skip
         assert breakable_outcome.outcome(stop(said))[0] == "not measured", said
+    absent_op = stop("AttributeError: '_OpNamespace' 'sgl_kernel' object has no attribute "
+                     "'moe_align_block_size'", "sgl_kernel/moe.py:17:moe_align_block_size")  # fmt: skip
+    cubins = stop("AssertionError: Failed to get checksums.txt from abc/batched_gemm//checksums.txt",
+                  "flashinfer/jit/fused_moe.py:256:gen_trtllm_gen_fused_moe_sm100_module")  # fmt: skip
+    for missing in (absent_op, cubins):
+        result, why = breakable_outcome.outcome(missing)
+        assert (result, why.split(":")[0]) == ("not measured", "a kernel with no CPU stand-in here")
+    elsewhere = stop("AttributeError: 'Foo' object has no attribute 'moe_align_block_size'")
+    assert breakable_outcome.outcome(elsewhere)[0] == "blocked", "the release's own code failing"
     ours = stop(
         "NotImplementedError: no deferred-finalize outputs", "fp4lab/serving/replay/x.py:1:f"
     )
@@ -167,6 +176,13 @@ def test_a_stop_of_fp4labs_own_making_is_not_measured_and_the_releases_own_is_bl
     refused = {"build_error": "ValueError: Minimum capability: 100", "refused_by_release": True}
     assert breakable_outcome.outcome(refused)[0] == "not applicable"
     assert breakable_outcome.outcome({**refused, "refused_by_release": False})[0] == "not measured"
+    launched = {"build_error": "AssertionError: libcuda.so cannot found!", "build_frames": [
+        "triton/backends/nvidia/driver.py:46:libcuda_dirs"],
+        "build_release_frame": "sglang/srt/layers/quantization/mxfp4.py:990:process_weights"}  # fmt: skip
+    assert breakable_outcome.outcome(launched)[1].endswith(
+        "[at triton/backends/nvidia/driver.py:46:libcuda_dirs, "
+        "from sglang/srt/layers/quantization/mxfp4.py:990:process_weights]"
+    )
     lacking = {**stop("x"), "breakable": {"buckets": [{"bucket": 4}], "flags": [], "replays": [
         {"bucket": 4, "max_abs_diff": 0.0, "equals_eager": True, "output_changed_by_replay": True}]},
         "kernel_availability": [{"kernel": "K", "available": "no", "library": "flashinfer",

@@ -1,20 +1,20 @@
 """Inside one SGLang environment: the CPU kernels that stand in for the MoE's routing and expert
 kernels SGLang's models call: the grouped top-k by SGLang's own torch implementation, the
-softmax top-k by its definition, the NVFP4
-MoE by its definition on fp4lab's reference, and zeros where no CPU reference exists for a
-kernel's weight layout (FlashInfer's TRT-LLM and CUTLASS FP4 MoEs, Marlin), each record saying
-so. The dense kernels are ``cpu_kernels``.
+softmax top-k by its definition, the NVFP4 MoE by its definition on fp4lab's reference, SGLang's
+Triton MoE by its definition (unquantized weights), and zeros where no CPU reference exists for
+a kernel's weight layout (FlashInfer's TRT-LLM and CUTLASS FP4 MoEs, Marlin), each record saying
+so. The dense kernels are ``cpu_kernels``, the quantize kernels ``cpu_quant_kernels``.
 """
 
 from __future__ import annotations
 
 import inspect
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
 from fp4lab.compile import fix
-from fp4lab.fp4 import swizzle
 from fp4lab.serving.replay.release import cpu_kernels
 
 
@@ -163,20 +163,88 @@ def marlin_moe_zero(hidden_states: torch.Tensor, *args: Any, **kwargs: Any) -> t
     return torch.zeros_like(hidden_states)
 
 
-def mxfp8_quantize(input: torch.Tensor, is_sf_swizzled_layout: bool = True, alignment: int = 32,
-                   enable_pdl: bool | None = None, backend: str = "cuda",
-                   sf_swizzle_layout: Any = None) -> tuple[torch.Tensor, torch.Tensor]:  # fmt: skip
-    """FlashInfer's MXFP8 quantize (the MXFP4 MoE's activations, SM120) by its definition: blocks
-    of 32 along the last dimension, each with the smallest power-of-two scale (UE8M0, stored as
-    its exponent + 127) that brings the block's amax within e4m3's 448, codes in e4m3; scales
-    in the 128x4 layout, flattened, or linear [M, K/32]."""
-    x = input.float().reshape(-1, input.shape[-1])
-    blocks = x.view(x.shape[0], -1, 32)
-    exponent = torch.ceil(torch.log2(blocks.abs().amax(-1).clamp(min=2**-126) / 448.0))
-    exponent = exponent.clamp(-127, 127)
-    codes = (blocks / torch.exp2(exponent).unsqueeze(-1)).view(input.shape)
-    scales = (exponent + 127).to(torch.uint8)
-    linear = getattr(sf_swizzle_layout, "name", "") == "layout_linear" or (
-        sf_swizzle_layout is None and not is_sf_swizzled_layout
+QUANTIZED = ("use_fp8_w8a8", "use_int8_w8a8", "use_int8_w8a16", "use_int4_w4a16", "a1_q")
+
+
+UNGATED = {"silu": torch.nn.functional.silu, "gelu": torch.nn.functional.gelu,
+           "relu2": lambda h: torch.nn.functional.relu(h).square()}  # fmt: skip
+
+
+def _activation(h: torch.Tensor, given: dict) -> torch.Tensor:
+    """The Triton MoE's activation of the gate-up output, as the release's ``fused_experts_impl``
+    chooses it: SiLU or GELU times up; GPT-OSS's SwiGLU with alpha and limit (gate and up
+    interleaved or halved); SiLU clamped by the limit alone; DeepSeek-V4's clamp before SiLU; or
+    SiLU, GELU, squared ReLU ungated."""
+    activation, gated = given.get("activation", "silu"), given.get("is_gated", True)
+    alpha, limit, clamp = (
+        given.get("gemm1_alpha"),
+        given.get("gemm1_limit"),
+        given.get("swiglu_limit"),
     )
-    return codes.to(torch.float8_e4m3fn), scales if linear else swizzle.swizzle_128x4(scales)
+    if not gated and activation in UNGATED:
+        return UNGATED[activation](h)
+    if not gated or activation not in ("silu", "gelu"):
+        raise NotImplementedError(f"fp4lab's Triton MoE stand-in has no activation "
+                                  f"{activation!r} (is_gated={gated})")  # fmt: skip
+    silu = activation == "silu"
+    if silu and alpha is not None:
+        interleaved = given.get("gate_up_interleaved", True)
+        gate, up = (h[..., ::2], h[..., 1::2]) if interleaved else h.chunk(2, dim=-1)
+        gate, up = gate.clamp(max=limit), up.clamp(-limit, limit)
+        return gate * torch.sigmoid(gate * alpha) * (up + 1)
+    gate, up = h.chunk(2, dim=-1)
+    if silu and limit is not None:
+        return UNGATED["silu"](gate).clamp(max=limit) * up.clamp(-limit, limit)
+    if silu and clamp is not None:
+        gate, up = gate.clamp(max=clamp), up.clamp(-clamp, clamp)
+    return UNGATED[activation](gate) * up
+
+
+def triton_fused_experts(**given: Any) -> torch.Tensor:
+    """SGLang's Triton MoE (``fused_experts_impl``: token sort, two grouped GEMM kernels, the
+    activation, the weighted sum) by its definition, for unquantized weights: per selected expert
+    (ids of -1 filtered out), x @ w1[e]^T + b1[e] in the activations' dtype, the activation, then
+    @ w2[e]^T + b2[e] times the router weight (on the input instead where asked), summed and
+    scaled by ``routed_scaling_factor``; written in place, or per top-k slot (``no_combine``)."""
+    quantized = [k for k in QUANTIZED if given.get(k) not in (None, False)]
+    if quantized:
+        raise NotImplementedError(f"fp4lab's Triton MoE stand-in takes unquantized weights only "
+                                  f"({', '.join(quantized)} given)")  # fmt: skip
+    x, w1, w2 = given["hidden_states"], given["w1"], given["w2"]
+    weights, ids = given["topk_weights"].float(), given["topk_ids"]
+    b1, b2, dtype = given.get("b1"), given.get("b2"), x.dtype
+    on_input = given.get("apply_router_weight_on_input", False)
+    per_slot = torch.zeros(x.shape[0], ids.shape[1], w2.shape[1], dtype=torch.float32)
+    for expert in ids.unique().tolist():
+        if expert < 0:
+            continue
+        rows, slot = (ids == expert).nonzero(as_tuple=True)
+        weight = weights[rows, slot, None]
+        a = (x[rows].float() * weight).to(dtype) if on_input else x[rows]
+        h = a.float() @ w1[expert].float().T + (0 if b1 is None else b1[expert].float())
+        act = _activation(h.to(dtype).float(), given).to(dtype)
+        y = act.float() @ w2[expert].float().T + (0 if b2 is None else b2[expert].float())
+        weighted = not on_input and not given.get("no_combine")
+        per_slot[rows, slot] = (y * weight if weighted else y).to(dtype).float()
+    if given.get("no_combine"):
+        return per_slot.to(dtype)
+    out = (per_slot.sum(1) * (given.get("routed_scaling_factor") or 1.0)).to(dtype)
+    return x.copy_(out) if given.get("inplace") else out
+
+
+class ByReleaseSignature:
+    """A CPU kernel whose release function's parameters differ by release: called with every
+    argument named, bound to the release function's own signature (defaults applied)."""
+
+    def __init__(self, kernel: Callable) -> None:
+        self.kernel = kernel
+
+    def bound_to(self, real: Callable) -> Callable:
+        signature = inspect.signature(real)
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            given = signature.bind(*args, **kwargs)
+            given.apply_defaults()
+            return self.kernel(**given.arguments)
+
+        return call

@@ -47,6 +47,7 @@ def build_failed(exc: Exception, architecture: str) -> dict:
     refused, choice = refusal(failed["frames"], isinstance(exc, ValueError))
     chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
     return {"build_error": failed["error"], "build_frames": failed["frames"],
+            "build_release_frame": failed["release_frame"],
             "facts": {"quantize": {k: v for k, v in chosen.items() if k != "callable"}},
             "refused_by_release": refused, "harness_choice_refused": choice,
             "model_absent": str(exc) if isinstance(exc, model.ModelAbsent) else None,

@@ -11,7 +11,12 @@ from collections.abc import Callable
 
 import torch
 
-from fp4lab.serving.replay.release import cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
+from fp4lab.serving.replay.release import (
+    cpu_graph_kernels,
+    cpu_kernels,
+    cpu_moe_kernels,
+    cpu_quant_kernels,
+)
 from fp4lab.serving.replay.release.reached import counted
 
 SGL_KERNEL_OPS = {
@@ -47,79 +52,48 @@ LIBRARIES: dict[str, torch.library.Library] = {}
 
 
 SGLANG_OP_KERNELS = {
-    "layernorm": (
-        lambda input, gamma, beta, eps=1e-6: cpu_kernels.layernorm(input, gamma, beta, eps),
-        "SGLang's layernorm op (0.5.13 on; the DSA indexer's k_norm) runs FlashInfer's CuTe-DSL "
-        "layernorm: torch layer_norm",
-    ),
-    "k_cache_and_topk_result": (
-        cpu_kernels.indexer_topk,
+    "layernorm": (lambda input, gamma, beta, eps=1e-6: cpu_kernels.layernorm(input, gamma, beta, eps),
+                  "SGLang's layernorm op (0.5.13 on; the DSA indexer's k_norm) runs FlashInfer's "
+                  "CuTe-DSL layernorm: torch layer_norm"),
+    "k_cache_and_topk_result": (cpu_kernels.indexer_topk,
         "the DSA indexer's split op (0.5.13 on): its index-cache write and FP8 MQA logits are "
-        "DeepGEMM kernels; the causal top-k of an extend batch from an empty cache instead",
-    ),
-    "scaled_fp4_quant": (
-        cpu_kernels.sglang_scaled_fp4_quant,
-        "SGLang's JIT NVFP4 quantize kernel: fp4lab's spec-exact reference",
-    ),
-    "flashinfer_fp4_quantize": (
-        cpu_kernels.sglang_fp4_quantize,
-        "FlashInfer's FP4 quantize inside SGLang's own op: fp4lab's spec-exact reference",
-    ),
-    "fp4_gemm": (
-        cpu_kernels.fp4_gemm,
-        "FlashInfer's mm_fp4 / CUTLASS FP4 GEMM: dequantize-matmul reference",
-    ),
-    "_run_activation_inplace": (
-        cpu_kernels.activation_and_mul,
-        "SGLang's JIT activation-and-mul kernel: torch",
-    ),
-    "rotary_embedding_with_key": (
-        cpu_kernels.rope_with_key,
-        "SGLang's JIT rotary kernel: torch rotary",
-    ),
-    "rotary_embedding_without_key": (
-        cpu_kernels.rope_without_key,
-        "SGLang's JIT rotary kernel: torch rotary",
-    ),
-    "apply_rope_inplace": (
-        cpu_kernels.rope_inplace,
-        "SGLang's JIT fused rotary kernel: torch rotary",
-    ),
-    "apply_rope_inplace_with_kvcache": (
-        cpu_kernels.rope_inplace_with_kvcache,
+        "DeepGEMM kernels; the causal top-k of an extend batch from an empty cache instead"),
+    "scaled_fp4_quant": (cpu_kernels.sglang_scaled_fp4_quant,
+                         "SGLang's JIT NVFP4 quantize kernel: fp4lab's spec-exact reference"),
+    "flashinfer_fp4_quantize": (cpu_kernels.sglang_fp4_quantize,
+        "FlashInfer's FP4 quantize inside SGLang's own op: fp4lab's spec-exact reference"),
+    "fp4_gemm": (cpu_kernels.fp4_gemm,
+                 "FlashInfer's mm_fp4 / CUTLASS FP4 GEMM: dequantize-matmul reference"),
+    "_run_activation_inplace": (cpu_kernels.activation_and_mul,
+                                "SGLang's JIT activation-and-mul kernel: torch"),
+    "rotary_embedding_with_key": (cpu_kernels.rope_with_key, "SGLang's JIT rotary kernel: torch rotary"),
+    "rotary_embedding_without_key": (cpu_kernels.rope_without_key,
+                                     "SGLang's JIT rotary kernel: torch rotary"),
+    "apply_rope_inplace": (cpu_kernels.rope_inplace, "SGLang's JIT fused rotary kernel: torch rotary"),
+    "apply_rope_inplace_with_kvcache": (cpu_kernels.rope_inplace_with_kvcache,
         "SGLang's JIT fused rotary + KV-cache store (where the KV pool is bf16): torch rotary and "
-        "row writes",
-    ),
-    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": (
-        cpu_kernels.rope_pos_ids_with_kv_cache,
+        "row writes"),
+    "apply_rope_pos_ids_cos_sin_cache_with_kv_cache": (cpu_kernels.rope_pos_ids_with_kv_cache,
         "SGLang's JIT rotary kernel by position ids with its KV-cache store (where the KV pool is "
-        "bf16): torch rotary and row writes",
-    ),
-    "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (
-        cpu_kernels.rope_pos_ids,
-        "SGLang's JIT rotary kernel (FlashInfer-style, by position ids): torch rotary",
-    ),
-    "apply_fp4_marlin_linear": (
-        cpu_kernels.marlin_linear_zero,
+        "bf16): torch rotary and row writes"),
+    "apply_rope_pos_ids_cos_sin_cache_without_kv_cache": (cpu_kernels.rope_pos_ids,
+        "SGLang's JIT rotary kernel (FlashInfer-style, by position ids): torch rotary"),
+    "apply_fp4_marlin_linear": (cpu_kernels.marlin_linear_zero,
         "SGLang's NVFP4 Marlin GEMM (Hopper, 0.5.2x): no CPU reference for Marlin's repacked "
-        "layout, so zeros of its shape (the linear layers' numerics are not checked on SM90)",
-    ),
-    "jit_dsv3_fused_a_gemm": (
-        cpu_kernels.fused_a_gemm,
-        "SGLang's JIT DeepSeek-V3 fused QKV-A GEMM (its choice below SM120): a bf16 matmul",
-    ),
-    "cutedsl_dsv3_fused_a_gemm": (
-        cpu_kernels.fused_a_gemm,
+        "layout, so zeros of its shape (the linear layers' numerics are not checked on SM90)"),
+    "jit_dsv3_fused_a_gemm": (cpu_kernels.fused_a_gemm,
+        "SGLang's JIT DeepSeek-V3 fused QKV-A GEMM (its choice below SM120): a bf16 matmul"),
+    "cutedsl_dsv3_fused_a_gemm": (cpu_kernels.fused_a_gemm,
         "SGLang's CuTe-DSL DeepSeek-V3 fused QKV-A GEMM (its choice on SM120): a bf16 matmul; the "
         "real kernel asserts K a multiple of 1024, which the full model's hidden size (7168) "
-        "meets and the shrunk model's (256) does not",
-    ),
-    "hadamard_transform": (
-        cpu_kernels.hadamard,
+        "meets and the shrunk model's (256) does not"),
+    "per_token_group_quant": (cpu_quant_kernels.per_token_group_quant,
+        "SGLang's JIT per-token-group 8-bit quantize (the MXFP4 MoE's MXFP8 activations on SM100, "
+        "0.5.17 on): group amax scales, UE8M0-packed where asked, e4m3 or int8 codes in torch"),
+    "hadamard_transform": (cpu_kernels.hadamard,
         "SGLang's JIT Hadamard transform (DSA indexer, an op from 0.5.2x): matmul with the "
-        "Hadamard matrix",
-    ),
-}
+        "Hadamard matrix"),
+}  # fmt: skip
 """SGLang ops whose body is a CUDA kernel: the CPU kernel lent to them instead of their body."""
 
 
@@ -131,6 +105,7 @@ SGLANG_OP_MODULES = (
     "sglang.jit_kernel.cutedsl_dsv3_fused_a_gemm",
     "sglang.kernels.ops.gemm.dsv3_fused_a_gemm",
     "sglang.kernels.ops.gemm.cutedsl_dsv3_fused_a_gemm",
+    "sglang.kernels.ops.quantization.per_token_group_quant",
 )
 """Where a release defines such an op in a module its model imports only when first called
 (0.5.2x; the JIT kernel package from 0.5.13, its ops package in later releases)."""
@@ -183,6 +158,9 @@ LOAD_TIME = (
      cpu_kernels.block_scale_interleave,
      "FlashInfer's JIT block-scale interleave as the MXFP4 MoE binds it at import, for its "
      "TRT-LLM weight preparation: fp4lab's swizzle"),
+    ("triton_kernels.numerics_details.mxfp", "upcast_from_mxfp", cpu_quant_kernels.upcast_from_mxfp,
+     "triton_kernels' Triton upcast of the MXFP4 MoE's weights to BF16 at load (Hopper, with no "
+     "Triton or FlashInfer MoE): E2M1 codes times their block's power-of-two scale, in torch"),
     ("sglang.srt.layers.quantization.marlin_utils_fp4", "gptq_marlin_repack", cpu_kernels.marlin_repack_shape,
      "Marlin's JIT weight repack (NVFP4 on Hopper, 0.5.2x): a tensor of the repacked shape; the "
      "Marlin GEMM reading it is stood in for too"),
@@ -217,6 +195,8 @@ EAGER_ONLY = (
     ("sglang.srt.layers.moe.fused_moe_triton.layer", "trtllm_fp4_block_scale_moe",
      cpu_moe_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
     ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe", cpu_moe_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
+    ("sglang.srt.layers.quantization.mxfp4", "trtllm_fp4_block_scale_moe", cpu_moe_kernels.trtllm_fp4_moe_zero,
+     TRTLLM_WHY + "; as the MXFP4 MoE binds it (SM100)"),
     *((module, "nvfp4_gemm_swiglu_nvfp4_quant", cpu_kernels.nvfp4_gemm_swiglu_quant,
        "SGLang's SM100 CuTe-DSL FC1 NVFP4 GEMM + SwiGLU + NVFP4 quantize (the shared/dense MLP, "
        "0.5.17 on): the GEMM on fp4lab's dequantize-matmul, SwiGLU and reference quantize")
@@ -228,7 +208,13 @@ EAGER_ONLY = (
        "concat and cast in torch")
       for module in ("sglang.srt.models.deepseek_common.attention_forward_methods.forward_mha",
                      "sglang.srt.models.deepseek_v2")),
-    ("flashinfer", "mxfp8_quantize", cpu_moe_kernels.mxfp8_quantize,
+    *((module, "fused_experts_impl", cpu_moe_kernels.ByReleaseSignature(cpu_moe_kernels.triton_fused_experts),
+       "SGLang's Triton MoE (token sort, grouped GEMM kernels, activation, weighted sum), which "
+       "its fused-experts op runs (the MXFP4 MoE on Hopper, its weights dequantized at load): "
+       "the MoE by its definition in torch, unquantized weights only")
+      for module in ("sglang.srt.layers.moe.fused_moe_triton.fused_moe",
+                     "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe")),
+    ("flashinfer", "mxfp8_quantize", cpu_quant_kernels.mxfp8_quantize,
      "FlashInfer's MXFP8 quantize of the MXFP4 MoE's activations (SM120, imported where it is "
      "called): UE8M0 block scales and e4m3 codes by their definition, scales in the 128x4 layout"),
     ("flashinfer.fused_moe", "cutlass_fused_moe", cpu_moe_kernels.cutlass_fused_moe_zero,

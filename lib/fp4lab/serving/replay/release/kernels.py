@@ -37,7 +37,7 @@ from typing import Any
 import torch
 
 from fp4lab.core import paths
-from fp4lab.serving.replay.release import cpu_graph_kernels, cpu_kernels
+from fp4lab.serving.replay.release import cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
 from fp4lab.serving.replay.release import kernel_tables as tables
 from fp4lab.serving.replay.release.reached import counted
 
@@ -248,7 +248,10 @@ def eager_only_kernels() -> list[dict]:
         except ImportError:
             continue
         if hasattr(owner, name):  # where the import it binds failed, the name is None: still called
-            setattr(owner, name, eager_only(getattr(owner, name), cpu, f"{module}.{name}"))
+            real = getattr(owner, name)
+            if isinstance(cpu, cpu_moe_kernels.ByReleaseSignature):
+                cpu = cpu.bound_to(real)
+            setattr(owner, name, eager_only(real, cpu, f"{module}.{name}"))
             done.append(record(f"{name}_eager_only", f"{module}.{name}", why, [f"{module}.{name}"]))
     return done
 

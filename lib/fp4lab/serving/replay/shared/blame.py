@@ -25,14 +25,21 @@ kernel); any other failure at the boundary (an op's schema refusing an argument,
 own Python body of a custom op failing) is the release's own."""
 
 
+def kernel_absent(stack: list[str], said: str) -> bool:
+    """Whether a failure at these frames, with this message, stopped at a kernel boundary for want
+    of a kernel here (``MISSING_KERNEL_WORDS``)."""
+    return any(f.startswith(KERNEL_BOUNDARIES) for f in stack[-2:]) and any(
+        w in said for w in MISSING_KERNEL_WORDS
+    )
+
+
 def missing_kernel(eager: dict) -> str | None:
     """The eager pass's failure where it stopped at a kernel boundary for want of a kernel: its
     last frame and message, or None (it ran, or failed in the release's own code)."""
     stack = eager.get("frames") or []
-    said = str(eager.get("message") or "")
-    if (eager.get("status") != "runtime_error"
-            or not any(f.startswith(KERNEL_BOUNDARIES) for f in stack[-2:])
-            or not any(w in said for w in MISSING_KERNEL_WORDS)):  # fmt: skip
+    if eager.get("status") != "runtime_error" or not kernel_absent(
+        stack, str(eager.get("message") or "")
+    ):
         return None
     return f"{stack[-2] if len(stack) > 1 else stack[-1]}: {eager.get('message')}"
 

@@ -5,9 +5,11 @@ from __future__ import annotations
 from fp4lab.core import evidence
 from fp4lab.serving.replay.shared import blame, flags
 
-NO_CPU_KERNEL = ("requires CUDA tensors", "no CUDA module is built on this machine")
+NO_CPU_KERNEL = ("requires CUDA tensors", "no CUDA module is built on this machine",
+                 "Failed to get checksums.txt")  # fmt: skip
 """What a kernel with no CPU stand-in says here: a CUDA-only kernel refusing CPU tensors, a JIT
-build fp4lab's ninja refused (on a GPU it builds)."""
+build fp4lab's ninja refused (on a GPU it builds), FlashInfer's cubins fetched when first used
+(this machine reaches no cubin repository; a GPU machine has them or fetches them)."""
 COMPILING = ("torch._dynamo.exc.", "torch/_dynamo/", "torch/_inductor/")
 """torch.compile's exceptions, then its frames: a release function it compiles inside a simulated
 capture runs under fp4lab's torch-function and dispatch modes, which a real capture does not
@@ -41,7 +43,9 @@ def capture_outcome(found: dict) -> tuple[str, str]:
                                + ")")  # fmt: skip
         if STAND_IN in stop["error"] or stop.get("harness_object"):
             return "not measured", f"the release asked fp4lab's stand-in for what it lacks: {where}"
-        if any(w in stop["error"] for w in NO_CPU_KERNEL):
+        if any(w in stop["error"] for w in NO_CPU_KERNEL) or blame.kernel_absent(
+            stop["frames"], stop["error"]
+        ):
             return "not measured", f"a kernel with no CPU stand-in here: {where}"
         if stop["error"].startswith(COMPILING[0]) or any(
             f.startswith(COMPILING[1:]) for f in stop["frames"]
@@ -94,7 +98,9 @@ def outcome(replay: dict, graph: str = "breakable") -> tuple[str, str]:
     of the release reaches the graph; "not measured" where the walk did not run."""
     found = replay.get(graph)
     if found is None and replay.get("build_error"):
-        said = f"{replay['build_error']} [at {(replay.get('build_frames') or ['?'])[-1]}]"
+        said = f"{replay['build_error']} [at {(replay.get('build_frames') or ['?'])[-1]}"
+        launched = replay.get("build_release_frame")
+        said += f", from {launched}]" if launched and launched not in said else "]"
         if replay.get("refused_by_release"):
             return "not applicable", f"the release refuses the model here: {said}"
         return "not measured", f"the model was not built here: {said}"
