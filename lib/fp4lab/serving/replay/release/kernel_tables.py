@@ -214,9 +214,10 @@ EAGER_ONLY = (
        "the MoE by its definition in torch, unquantized weights only")
       for module in ("sglang.srt.layers.moe.fused_moe_triton.fused_moe",
                      "sglang.srt.layers.moe.moe_runner.triton_utils.fused_moe")),
-    ("flashinfer", "mxfp8_quantize", cpu_quant_kernels.mxfp8_quantize,
-     "FlashInfer's MXFP8 quantize of the MXFP4 MoE's activations (SM120, imported where it is "
-     "called): UE8M0 block scales and e4m3 codes by their definition, scales in the 128x4 layout"),
+    *((module, "mxfp8_quantize", cpu_quant_kernels.mxfp8_quantize,
+       "FlashInfer's MXFP8 quantize of the MXFP4 MoE's activations (imported where it is called, "
+       "or bound at import): UE8M0 block scales and e4m3 codes by their definition, 128x4 layout")
+      for module in ("flashinfer", "sglang.srt.layers.quantization.mxfp4")),
     ("flashinfer.fused_moe", "cutlass_fused_moe", cpu_moe_kernels.cutlass_fused_moe_zero,
      "FlashInfer's CUTLASS NVFP4 fused MoE: no CPU reference for its packed weight layout, the "
      "routed experts contribute zero (the MoE's numerics are not checked where this runs)"),

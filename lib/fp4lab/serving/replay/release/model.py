@@ -151,18 +151,21 @@ def host_values(built: Built) -> dict:
 
     spec = kernels.attribute("sglang.srt.speculative.spec_info", "SpeculativeAlgorithm")
     config = built.model_config
+    kv_dtype = reworked.resolved_kv_dtype(
+        str(built.facts["server_args"]["kv_cache_dtype"]), config.dtype
+    )
+    kv_pool = attention.KVPool(built.facts["server_args"]["page_size"], kv_dtype,
+                               config.get_num_kv_heads(1), config.head_dim)  # fmt: skip
+    backend = attention.AttentionBackend()  # holding the pools, as a release's backend does
+    backend.token_to_kv_pool, backend.req_to_token_pool = kv_pool, types.SimpleNamespace(size=4)
     return {
         "server_args": built.server_args, "model": built.model, "model_config": built.model_config,
         "device": "cpu", "gpu_id": 0, "is_draft_worker": False, "pp_size": 1, "tp_size": 1,
         "is_multimodal": False, "is_hybrid_swa": False, "tp_group": get_tp_group(),
         "is_generation": True, "dtype": built.model_config.dtype,
         "spec_algorithm": spec.from_string(built.server_args.speculative_algorithm) if spec else None,
-        "req_to_token_pool": types.SimpleNamespace(size=4),
-        "token_to_kv_pool": attention.KVPool(
-            built.facts["server_args"]["page_size"],
-            reworked.resolved_kv_dtype(str(built.facts["server_args"]["kv_cache_dtype"]), config.dtype),
-            config.get_num_kv_heads(1), config.head_dim),
-        "attn_backend": attention.AttentionBackend(),
+        "req_to_token_pool": backend.req_to_token_pool, "token_to_kv_pool": kv_pool,
+        "attn_backend": backend,
     }  # fmt: skip
 
 
