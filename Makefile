@@ -100,9 +100,9 @@ benchmarks: $(STAMP)
 test: lint
 	exec $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder
 
-# Needs Debian's chromium (.ci/run installs it); without it the pages are skipped, visibly.
+# Needs Debian's chromium (.ci/run installs it); without it `make pages` fails (it exists to render them).
 pages: $(STAMP)
-	exec $(PY) -m pytest -p no:cacheprovider tests/test_pages.py
+	FP4LAB_PAGES=1 exec $(PY) -m pytest -p no:cacheprovider tests/test_pages.py
 
 lint: $(STAMP)
 	$(PY) -m ruff check .

@@ -10,6 +10,8 @@ Prints, and records in data/benchmark_story.jsonl:
     seconds in that run, and that clone's build/ with hardlinks counted once (goal: <= 25 GiB);
     then `make pages` there: every page it exported checked in headless Chromium (its exit
     status and the pages it checked);
+  * with --pages DIR, the same `make pages` in DIR, a kept cold clone (whether Chromium was
+    there to render the pages is recorded: without it `make pages` fails);
   * with --ci, the wall time and exit status of CI (`bash .ci/run`) in a fresh clone
     (goal: < 20 min), and whether Chromium was already installed (then .ci/run's apt install of
     it is not in the time);
@@ -19,6 +21,7 @@ The fresh clones go to a temporary folder, removed after; with --keep DIR, to DI
 DIR/ci, kept (a cold run's data/ and pages, to read or commit).
 
     build/venv/bin/python benchmarks/story_timing.py [--reproduce] [--cold] [--ci] [--keep DIR]
+                                                     [--pages DIR]
 """
 
 from __future__ import annotations
@@ -116,9 +119,29 @@ def fresh_clone(name: str, keep: Path | None) -> Iterator[tuple[Path, dict[str, 
         if clone.exists():
             raise SystemExit(f"--keep: {clone} exists; name a folder without {name}/")
         subprocess.run(["git", "clone", "-q", str(paths.REPO_ROOT), str(clone)], check=True)
-        prefixes = ("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_", "UV_", "TRITON_", "HF_",
-                    "XDG_CACHE", "TVM_FFI_")  # fmt: skip
-        yield clone, {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+        yield clone, clone_environment()
+
+
+def clone_environment() -> dict[str, str]:
+    """This process's environment without the variables that would point a clone at this
+    checkout's build/ and caches."""
+    prefixes = ("FP4LAB_", "TORCHINDUCTOR_", "FLASHINFER_", "UV_", "TRITON_", "HF_",
+                "XDG_CACHE", "TVM_FFI_")  # fmt: skip
+    return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
+
+
+def pages_checked(clone: Path, env: dict[str, str]) -> dict:
+    """`make pages` in a checkout that ran `make reproduce`: the pages it exported, the exit
+    status, whether Chromium was there to render them, and the checkout's commit."""
+    commit = subprocess.run(["git", "rev-parse", "HEAD"], cwd=clone, check=True,
+                            capture_output=True, text=True).stdout.strip()  # fmt: skip
+    values = {
+        "pages_cold_checked": sorted(p.stem for p in (clone / "build/html").glob("*.html")),
+        "pages_cold_chromium": bool(shutil.which("chromium") or shutil.which("chromium-browser")),
+        "pages_cold_commit": commit,
+    }
+    _, values["pages_cold_exit"] = timed_run(["make", "pages"], clone, env)
+    return values
 
 
 def notebook_seconds(data: Path) -> dict[str, list]:
@@ -144,7 +167,13 @@ def main() -> None:
     )
     parser.add_argument("--ci", action="store_true", help="also time CI in a fresh clone")
     parser.add_argument("--keep", type=Path, help="keep the fresh clones in this folder")
+    parser.add_argument("--pages", type=Path, metavar="DIR",
+                        help="check the pages a kept cold clone exported (`make pages` in DIR)")  # fmt: skip
     args = parser.parse_args()
+    if args.pages is not None and not (args.pages / "build/html").is_dir():
+        parser.error(
+            f"--pages: {args.pages} has no build/html (a checkout that ran `make reproduce`)"
+        )
     if args.keep is not None and not args.keep.is_dir():
         parser.error(f"--keep: {args.keep} is not a folder")
     keep = args.keep and args.keep.resolve()
@@ -169,10 +198,9 @@ def main() -> None:
             values |= {"reproduce_cold_s": seconds, "reproduce_cold_exit": status}
             values["reproduce_cold_notebooks"] = notebook_seconds(clone / "data")
             values["build_cold_bytes"] = paths.disk_bytes(clone / "build")
-            values["pages_cold_checked"] = sorted(
-                p.stem for p in (clone / "build/html").glob("*.html")
-            )
-            _, values["pages_cold_exit"] = timed_run(["make", "pages"], clone, env)
+            values |= pages_checked(clone, env)
+    if args.pages:
+        values |= pages_checked(args.pages.resolve(), clone_environment())
     if args.ci:
         with fresh_clone("ci", keep) as (clone, env):
             values["ci_chromium_installed_before"] = shutil.which("chromium") is not None

@@ -3,8 +3,8 @@
 ``rendered`` opens a page at ``WIDTH`` and fails when any element runs past the window or scrolls
 sideways; ``clean`` fails when the page shows ``NOISE``; ``exported`` exports an executed notebook
 with the project's own exporter (``runner.export_html``) and does both. Without Chromium the
-rendering is skipped, visibly (after the checks that need no browser); on CI (``CI`` set) it
-fails, for CI must install it (.ci/run does).
+rendering is skipped, visibly (after the checks that need no browser); on CI (``CI`` set) and
+under `make pages` it fails, for CI must install it (.ci/run does) and `make pages` renders.
 """
 
 from __future__ import annotations
@@ -102,10 +102,14 @@ def readable(found: dict, answer_first: bool) -> list[str]:
 
 
 def chromium() -> str | None:
-    """Chromium's executable, None where it is not installed; on CI a missing one fails."""
+    """Chromium's executable, None where it is not installed; on CI, and under `make pages`
+    (``FP4LAB_PAGES``), whose whole point is rendering the pages, a missing one fails."""
     found = shutil.which("chromium") or shutil.which("chromium-browser")
     if found is None and os.environ.get("CI"):
         pytest.fail("CI must install Debian's chromium (.ci/run does) to check the rendered pages")
+    if found is None and os.environ.get("FP4LAB_PAGES"):
+        pytest.fail("`make pages` renders every page in headless Chromium: install Debian's "
+                    "chromium (apt-get install chromium, as .ci/run does)")  # fmt: skip
     return found
 
 

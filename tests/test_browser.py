@@ -63,3 +63,18 @@ def test_printed_lines_past_the_limit_fail_a_page_and_environment_lines_do_not_c
     page = _exported(tmp_path / "replays", [f"replay {i}" for i in range(STREAM_LINES + 5)])
     with pytest.raises(AssertionError, match=f"{STREAM_LINES + 5} lines of stream output"):
         rendered(page, tmp_path / "replays.png", answer_first=True)
+
+
+@pytest.mark.parametrize("required", ["CI", "FP4LAB_PAGES"])
+def test_without_chromium_make_pages_and_ci_fail_where_a_test_run_skips(monkeypatch, required):
+    """`make pages` exists to render the pages: a missing Chromium fails it (and CI), never a
+    skip that reads as a pass; elsewhere the rendering is skipped, visibly."""
+    import browser
+
+    monkeypatch.setattr(browser.shutil, "which", lambda name: None)
+    for name in ("CI", "FP4LAB_PAGES"):
+        monkeypatch.delenv(name, raising=False)
+    assert browser.chromium() is None
+    monkeypatch.setenv(required, "1")
+    with pytest.raises(pytest.fail.Exception, match="chromium"):
+        browser.chromium()

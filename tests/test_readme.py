@@ -53,6 +53,8 @@ def test_fresh_clone_timings_say_met_or_missed_from_each_newest_record():
         "reproduce_cold_notebooks": notebooks,
         "pages_cold_checked": ["00_env", "index"],
         "pages_cold_exit": 1,
+        "pages_cold_chromium": True,
+        "pages_cold_commit": prov["git"]["commit"],
     }
     fast = {
         "reproduce_cold_s": 2000.0,
@@ -71,12 +73,20 @@ def test_fresh_clone_timings_say_met_or_missed_from_each_newest_record():
     cold, ci = findings._fresh_clone_lines(
         [rows[1], rows[0], {"values": passed, "provenance": prov}]
     )
-    assert cold.endswith("2000 s, goal 45 min met; its build/ 30.00 GiB, goal 25 GiB MISSED;")
+    assert cold.endswith(
+        "2000 s, goal 45 min met; its build/ 30.00 GiB, goal 25 GiB MISSED; its 2 pages in "
+        "headless Chromium (`make pages`): FAILED (exit 1);"
+    ), "the pages of that commit, from the record that checked them"
     slow["pages_cold_exit"] = 0
     [cold] = findings._fresh_clone_lines(rows[1:2])
     assert cold.endswith(
         "goal 25 GiB met; its 2 pages in headless Chromium (`make pages`): all pass;"
     )
+    for unrendered in ({"pages_cold_chromium": False}, {"pages_cold_commit": "fedcba9876543210"}):
+        [cold] = findings._fresh_clone_lines(
+            [{"values": {**slow, **unrendered}, "provenance": prov}]
+        )
+        assert cold.endswith("its pages: no record of them rendered in Chromium;"), unrendered
     assert (
         "900 s (Chromium already installed: its apt install not timed), goal 20 min met, passed"
         in ci

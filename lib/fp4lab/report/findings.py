@@ -180,10 +180,13 @@ def _goal_said(seconds: float, goal: float) -> str:
     return f"goal {goal / 60:.0f} min {'met' if seconds < goal else 'MISSED'}"
 
 
-def _pages_said(v: dict) -> str:
-    """The cold run's pages in headless Chromium (``make pages``), where they were checked."""
-    if "pages_cold_exit" not in v:
-        return ""
+def _pages_said(rows: list[dict], commit: str) -> str:
+    """The pages of the cold run at ``commit`` in headless Chromium (``make pages``), from the
+    newest record of them that says Chromium was there to render them."""
+    v = next((r["values"] for r in reversed(rows) if r["values"].get("pages_cold_chromium")
+              and r["values"].get("pages_cold_commit") == commit), None)  # fmt: skip
+    if v is None:
+        return "; its pages: no record of them rendered in Chromium"
     how = "all pass" if v["pages_cold_exit"] == 0 else f"FAILED (exit {v['pages_cold_exit']})"
     return f"; its {len(v['pages_cold_checked'])} pages in headless Chromium (`make pages`): {how}"
 
@@ -193,7 +196,8 @@ def _fresh_clone_lines(rows: list[dict]) -> list[str]:
     lines = []
     cold = _newest_with(rows, "reproduce_cold_s")
     if cold is not None:
-        v, commit = cold["values"], cold["provenance"]["git"]["commit"][:10]
+        v, full = cold["values"], cold["provenance"]["git"]["commit"]
+        commit = full[:10]
         slowest = sorted(v.get("reproduce_cold_notebooks", {}).items(), key=lambda kv: -kv[1][1])[
             :3
         ]
@@ -207,7 +211,7 @@ def _fresh_clone_lines(rows: list[dict]) -> list[str]:
             f"commit {commit}): {v['reproduce_cold_s']:.0f} s, {_goal_said(v['reproduce_cold_s'], 2700)}"
             f"{slowest_said if slowest else ''}{failed_said if failed else ''}; its build/ "
             f"{_bytes_gb(v['build_cold_bytes'])}, goal 25 GiB "
-            f"{'met' if v['build_cold_bytes'] <= 25 * 2**30 else 'MISSED'}{_pages_said(v)};"
+            f"{'met' if v['build_cold_bytes'] <= 25 * 2**30 else 'MISSED'}{_pages_said(rows, full)};"
         )  # fmt: skip
     ci = _newest_with(rows, "ci_s")
     if ci is not None:
