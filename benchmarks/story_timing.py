@@ -218,7 +218,7 @@ def main() -> None:
     )
     print(f"{'measure':38} {'value':>10}  goal")
     for key, value in values.items():
-        if isinstance(value, dict | list):
+        if isinstance(value, dict | list | str):
             continue
         goal = GOALS.get(key)
         shown = (
