@@ -130,6 +130,11 @@ def clone_environment() -> dict[str, str]:
     return {k: v for k, v in os.environ.items() if not k.startswith(prefixes)}
 
 
+def chromium_installed() -> bool:
+    """Whether Chromium is on PATH, under either of its Debian names, as the page check finds it."""
+    return bool(shutil.which("chromium") or shutil.which("chromium-browser"))
+
+
 def pages_checked(clone: Path, env: dict[str, str]) -> dict:
     """`make pages` in a checkout that ran `make reproduce`: the pages it exported, the exit
     status, whether Chromium was there to render them, and the checkout's commit."""
@@ -137,7 +142,7 @@ def pages_checked(clone: Path, env: dict[str, str]) -> dict:
                             capture_output=True, text=True).stdout.strip()  # fmt: skip
     values = {
         "pages_cold_checked": sorted(p.stem for p in (clone / "build/html").glob("*.html")),
-        "pages_cold_chromium": bool(shutil.which("chromium") or shutil.which("chromium-browser")),
+        "pages_cold_chromium": chromium_installed(),
         "pages_cold_commit": commit,
     }
     _, values["pages_cold_exit"] = timed_run(["make", "pages"], clone, env)
@@ -203,7 +208,7 @@ def main() -> None:
         values |= pages_checked(args.pages.resolve(), clone_environment())
     if args.ci:
         with fresh_clone("ci", keep) as (clone, env):
-            values["ci_chromium_installed_before"] = shutil.which("chromium") is not None
+            values["ci_chromium_installed_before"] = chromium_installed()
             values["ci_s"], values["ci_exit"] = timed_run(["bash", ".ci/run"], clone, env)
     values["venv_bytes"] = paths.disk_bytes(paths.build_dir() / "venv")
     records.append(

@@ -188,8 +188,7 @@ def host(values: dict, kv_cache_dtype: str) -> Any:
     arch = getattr(module, "AttentionArch", None)  # ``__init__``'s own line, for its backends
     if arch is not None:
         runner.use_mla_backend = values["model_config"].attention_arch == arch.MLA
-    runner.attn_backend.token_to_kv_pool = runner.token_to_kv_pool  # as every backend's __init__
-    runner.attn_backend.req_to_token_pool = runner.req_to_token_pool
+    runner.attn_backend.req_to_token_pool = runner.req_to_token_pool  # this runner's own pool
     runner.attn_backend.kv_cache_dtype = resolved_kv_dtype(kv_cache_dtype, values["dtype"])
     owner = getattr(module, "bootstrap", module)  # 0.5.14, 0.5.15 set up in ModelRunner itself
     with contextlib.ExitStack() as stack:
