@@ -96,10 +96,13 @@ def test_the_mxfp_upcast_is_each_e2m1_code_times_its_blocks_power_of_two_along_t
     scales = torch.randint(120, 134, (2, 3, 2), generator=g, dtype=torch.uint8)
     want = encodings.e2m1_decode(codes) * torch.exp2(scales.float() - 127).repeat_interleave(32, -1)
     packed = encodings.pack_e2m1(codes)
-    got = cpu_quant_kernels.upcast_from_mxfp(packed, scales, torch.bfloat16, -1)
+    got = cpu_quant_kernels.upcast_from_mxfp(packed, scales, -1, torch.bfloat16)
     assert got.dtype == torch.bfloat16 and torch.equal(got.float(), want)
     across = cpu_quant_kernels.upcast_from_mxfp(
-        packed.transpose(1, 2).contiguous(), scales.transpose(1, 2).contiguous(), torch.float32, 1
+        packed.transpose(1, 2).contiguous(),
+        scales.transpose(1, 2).contiguous(),
+        1,
+        dtype=torch.float32,
     )
     assert torch.equal(across, want.transpose(1, 2))
 
@@ -172,3 +175,5 @@ def test_the_triton_moe_is_each_tokens_experts_by_definition_and_binds_each_rele
     assert torch.allclose(gelu, halves, atol=1e-5)
     with pytest.raises(NotImplementedError, match="use_fp8_w8a8"):
         bound(x, w1, w2, weights, ids, use_fp8_w8a8=True)
+    with pytest.raises(cpu_moe_kernels.CallRefused, match="unexpected keyword argument 'dtype'"):
+        bound(x, w1, w2, weights, ids, dtype=torch.bfloat16), "as the real function refuses it"

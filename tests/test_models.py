@@ -130,6 +130,14 @@ def test_a_stop_where_eager_also_fails_at_a_missing_kernel_is_not_blamed_on_the_
     assert llama4["outcome"] == "blocked", "a custom op's own Python body failing is the release's"
     assert "layer.py:1507:moe_forward_piecewise_cuda_graph_impl: 'NoneType'" in llama4["note"]
     assert "fails eagerly" not in ran["note"], "said only where the eager pass failed"
+    stream = {**missing, "message": "Torch not compiled with CUDA enabled",
+              "frames": ["sgl_kernel/elementwise.py:332:apply_rope_with_cos_sin_cache_inplace",
+                         "sgl_kernel/utils.py:23:get_cuda_stream",
+                         "torch/cuda/__init__.py:1244:current_stream",
+                         "torch/cuda/__init__.py:522:_lazy_init"]}  # fmt: skip
+    cuda = decide.cell("0.5.4", "9.0", {**replay, "eager_release": stream})
+    assert cuda["outcome"] == "not measured", "a kernel wrapper asking a CPU build for CUDA"
+    assert cuda["harness_frame"].startswith("sgl_kernel/utils.py:23:get_cuda_stream: Torch not")
 
 
 @pytest.mark.environments
@@ -324,7 +332,7 @@ def test_gpt_oss_on_hopper_is_measured_through_its_dequantized_moe_and_the_stand
         "g = torch.Generator().manual_seed(0);"
         "w = torch.randint(0, 256, (4, 6, 32), dtype=torch.uint8, generator=g);"
         "s = torch.randint(118, 136, (4, 6, 2), dtype=torch.uint8, generator=g);"
-        "assert torch.equal(q.upcast_from_mxfp(w, s, torch.bfloat16, -1),"
+        "assert torch.equal(q.upcast_from_mxfp(w, s, -1, torch.bfloat16),"
         " mxfp.upcast_from_mxfp_torch(w, s, torch.bfloat16, -1))"
     )
     python = env.ensure_env(run.version).python

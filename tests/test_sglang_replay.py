@@ -473,6 +473,8 @@ def test_the_environment_says_where_its_torch_differs_from_the_pin(notebook_reco
     site = standins.site_packages(str(env.env_dir("0.5.9") / "venv" / "bin" / "python"))
     assert not list((site / standins.KERNEL_BINARIES).rglob("*.so*"))
     assert removed["removed"] and removed["bytes"] > 100 * 2**20, "the CUDA op libraries"
+    assert envs["0.5.9"]["installed"]["triton"] == "3.5.1", "the Triton torch 2.9.1 requires"
+    assert env.triton_required(">=2.9") is None, "no exact torch pin: Triton left to the resolver"
 
 
 @pytest.mark.browser

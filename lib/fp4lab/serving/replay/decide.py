@@ -155,6 +155,11 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
             note = (f"the release refuses {architecture} "
                     f"on SM{sm} while building it ({obstacle})")  # fmt: skip
             return {**row, "outcome": "not applicable", "note": note}
+        if replay.get("call_refused"):
+            return {**row, "outcome": "blocked", "blocked_at": replay.get("build_release_frame"),
+                    "note": f"the release's own call fails while building {architecture} with "
+                    f"the flags that reach the graph ({obstacle}, called at "
+                    f"{replay.get('build_release_frame')})"}  # fmt: skip
         if flags is None and "resolution" in replay:
             return {**row, "outcome": "not applicable",
                     "note": f"{how} (model not built here: {obstacle})"}  # fmt: skip

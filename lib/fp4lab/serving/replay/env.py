@@ -3,7 +3,8 @@
 What SGLang's piecewise compile path and its NVFP4 linear method import on a CPU machine, and
 nothing of its server: torch at the project's CPU pin, the FlashInfer release SGLang pins (with
 its own dependencies), ``sglang==<version>`` and its kernel package without dependencies, and
-the import set of ``IMPORT_PACKAGES`` at the versions the release pins. Where the release pins
+the import set of ``IMPORT_PACKAGES`` at the versions the release pins, Triton at the version the
+release's torch pin requires (the triton_kernels its kernel package ships are built for it). Where the release pins
 another torch (2.8, 2.9.1, 2.11, 2.14.1: no CPU wheel at hand), SGLang runs on torch 2.13.0 and
 the records say so. Built and reused by ``core.venvs`` (one shared pip download cache); a
 version that fails to download or install is returned with the reason, never raised.
@@ -14,6 +15,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import re
 import subprocess
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -113,6 +115,22 @@ def release_pins(wheel: Path) -> dict[str, str]:
     return {n: str(r.specifier) for n, r in sglang_env.release_requirements(wheel).items()}
 
 
+def triton_required(torch_pin: str) -> str | None:
+    """The Triton pin (``==X``) that torch at ``torch_pin`` requires on Linux x86-64, from its
+    own metadata as uv resolves it; None where it cannot be resolved (no registry, no pin)."""
+    if not torch_pin.startswith("=="):
+        return None
+    try:
+        done = subprocess.run([venvs.uv_binary(), "pip", "compile", "-q", "--python-version",
+                               "3.11", "--python-platform", "x86_64-manylinux_2_28", "-"],
+                              input=f"torch{torch_pin}\n", capture_output=True, text=True,
+                              timeout=120)  # fmt: skip
+    except subprocess.TimeoutExpired:
+        return None
+    found = re.search(r"^triton==(\S+)", done.stdout, re.MULTILINE)
+    return f"=={found.group(1)}" if done.returncode == 0 and found else None
+
+
 def steps(version: str, pins: dict[str, str]) -> list[list[str]]:
     """FlashInfer (with its dependencies) on the CPU torch, sglang and its kernel package without
     theirs, then the import set at the release's pins; torch is the main environment's in every
@@ -148,6 +166,9 @@ def ensure_env(version: str) -> CompileEnv:
         return CompileEnv(version, "failed", error=error)
     requirements = release_pins(wheel)
     pins = {n: requirements[n] for n in PINNED if n in requirements}
+    triton = triton_required(requirements.get("torch", ""))
+    if triton:  # the Triton of the torch the release pins (its triton_kernels were built for it)
+        requirements["triton"] = triton
     pinned = requirements.get("flashinfer-python", "").removeprefix("==")
     if pinned in FLASHINFER_WHEEL_FOR:
         requirements["flashinfer-python"] = f"=={FLASHINFER_WHEEL_FOR[pinned]}"

@@ -232,18 +232,29 @@ def triton_fused_experts(**given: Any) -> torch.Tensor:
     return x.copy_(out) if given.get("inplace") else out
 
 
+class CallRefused(TypeError):
+    """The release called a function it installs with arguments that function's own signature
+    refuses: the real function raises this ``TypeError`` before any kernel runs, on a GPU too."""
+
+
 class ByReleaseSignature:
     """A CPU kernel whose release function's parameters differ by release: called with every
-    argument named, bound to the release function's own signature (defaults applied)."""
+    argument named, bound to the release function's own signature (defaults applied); a call
+    that signature refuses raises ``CallRefused``, as the real function would."""
 
     def __init__(self, kernel: Callable) -> None:
         self.kernel = kernel
 
     def bound_to(self, real: Callable) -> Callable:
         signature = inspect.signature(real)
+        name = f"{getattr(real, '__module__', '?')}.{getattr(real, '__qualname__', '?')}"
 
         def call(*args: Any, **kwargs: Any) -> Any:
-            given = signature.bind(*args, **kwargs)
+            try:
+                given = signature.bind(*args, **kwargs)
+            except TypeError as exc:
+                raise CallRefused(f"{name}{signature}, as the release installs it, refuses the "
+                                  f"release's call: {exc}") from None  # fmt: skip
             given.apply_defaults()
             return self.kernel(**given.arguments)
 

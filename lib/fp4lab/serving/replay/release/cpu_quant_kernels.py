@@ -31,11 +31,14 @@ def mxfp8_quantize(input: torch.Tensor, is_sf_swizzled_layout: bool = True, alig
     return codes.to(torch.float8_e4m3fn), scales if linear else swizzle.swizzle_128x4(scales)
 
 
-def upcast_from_mxfp(tensor: torch.Tensor, scale: torch.Tensor, target_dtype: torch.dtype,
-                     axis: int) -> torch.Tensor:  # fmt: skip
+def upcast_from_mxfp(tensor: torch.Tensor, scale: torch.Tensor, axis: int,
+                     target_dtype: torch.dtype | None = None,
+                     dtype: torch.dtype | None = None) -> torch.Tensor:  # fmt: skip
     """triton_kernels' MXFP upcast (the MXFP4 MoE's weights dequantized at load where the release
     takes neither its Triton nor a FlashInfer MoE) by its definition: along ``axis``, two E2M1
-    codes a byte (the even index low) or FP8 values, blocks of 32 each times 2^(scale - 127)."""
+    codes a byte (the even index low) or FP8 values, blocks of 32 each times 2^(scale - 127).
+    The output dtype is ``target_dtype``, or ``dtype`` as older triton_kernels name it."""
+    target_dtype = target_dtype or dtype
     values = tensor.transpose(axis, -1)
     if tensor.dtype == torch.uint8:
         values = encodings.e2m1_decode(encodings.unpack_e2m1(values))

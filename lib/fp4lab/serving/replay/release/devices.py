@@ -44,7 +44,9 @@ def _to_host(func: Callable, args: tuple, kwargs: dict) -> bool:
 class OnGpu(TorchFunctionMode):
     """Tensors marked as on the GPU (``mark``), each result of a call marked where the call asks
     for the GPU or reads a marked tensor; ``to_host`` is called with each copy of a marked tensor
-    to the host (its function's name)."""
+    to the host (its function's name). While dynamo traces a release's ``torch.compile``'d
+    helper, each call passes through unseen: the helper runs as compiled code (inductor's kernels,
+    no tensor function called), so its results are not marked."""
 
     def __init__(self, to_host: Callable[[str], None]) -> None:
         super().__init__()
@@ -74,6 +76,8 @@ class OnGpu(TorchFunctionMode):
 
     def __torch_function__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
+        if torch.compiler.is_compiling():
+            return func(*args, **kwargs)
         read = self.holds(args, kwargs)
         if func is torch.Tensor.copy_ and args[0] not in self.tensors and read:  # into the host
             if not kwargs.get("non_blocking", args[2] if len(args) > 2 else False):

@@ -9,7 +9,7 @@ import traceback
 
 from fp4lab.compile import frames
 from fp4lab.core import paths
-from fp4lab.serving.replay.release import facts, model, quantize
+from fp4lab.serving.replay.release import cpu_moe_kernels, facts, model, quantize
 
 REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/")
 """Where the release's own refusal of a model on an SM is raised (a ``ValueError`` there)."""
@@ -50,6 +50,7 @@ def build_failed(exc: Exception, architecture: str) -> dict:
             "build_release_frame": failed["release_frame"],
             "facts": {"quantize": {k: v for k, v in chosen.items() if k != "callable"}},
             "refused_by_release": refused, "harness_choice_refused": choice,
+            "call_refused": isinstance(exc, cpu_moe_kernels.CallRefused),
             "model_absent": str(exc) if isinstance(exc, model.ModelAbsent) else None,
             } | facts.release_rules()  # fmt: skip
 

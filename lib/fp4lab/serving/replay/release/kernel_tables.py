@@ -158,9 +158,11 @@ LOAD_TIME = (
      cpu_kernels.block_scale_interleave,
      "FlashInfer's JIT block-scale interleave as the MXFP4 MoE binds it at import, for its "
      "TRT-LLM weight preparation: fp4lab's swizzle"),
-    ("triton_kernels.numerics_details.mxfp", "upcast_from_mxfp", cpu_quant_kernels.upcast_from_mxfp,
+    ("triton_kernels.numerics_details.mxfp", "upcast_from_mxfp",
+     cpu_moe_kernels.ByReleaseSignature(cpu_quant_kernels.upcast_from_mxfp),
      "triton_kernels' Triton upcast of the MXFP4 MoE's weights to BF16 at load (Hopper, with no "
-     "Triton or FlashInfer MoE): E2M1 codes times their block's power-of-two scale, in torch"),
+     "Triton or FlashInfer MoE; bound to each release's triton_kernels signature): E2M1 codes "
+     "times their block's power-of-two scale, in torch"),
     ("sglang.srt.layers.quantization.marlin_utils_fp4", "gptq_marlin_repack", cpu_kernels.marlin_repack_shape,
      "Marlin's JIT weight repack (NVFP4 on Hopper, 0.5.2x): a tensor of the repacked shape; the "
      "Marlin GEMM reading it is stood in for too"),
@@ -197,6 +199,8 @@ EAGER_ONLY = (
     ("flashinfer.fused_moe", "trtllm_fp4_block_scale_moe", cpu_moe_kernels.trtllm_fp4_moe_zero, TRTLLM_WHY),
     ("sglang.srt.layers.quantization.mxfp4", "trtllm_fp4_block_scale_moe", cpu_moe_kernels.trtllm_fp4_moe_zero,
      TRTLLM_WHY + "; as the MXFP4 MoE binds it (SM100)"),
+    ("flashinfer", "trtllm_fp4_block_scale_moe", cpu_moe_kernels.trtllm_fp4_moe_zero,
+     TRTLLM_WHY + "; imported where it is called (the TRT-LLM MoE runner, 0.5.20 on)"),
     *((module, "nvfp4_gemm_swiglu_nvfp4_quant", cpu_kernels.nvfp4_gemm_swiglu_quant,
        "SGLang's SM100 CuTe-DSL FC1 NVFP4 GEMM + SwiGLU + NVFP4 quantize (the shared/dense MLP, "
        "0.5.17 on): the GEMM on fp4lab's dequantize-matmul, SwiGLU and reference quantize")

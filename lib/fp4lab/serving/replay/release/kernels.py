@@ -158,13 +158,20 @@ def eager_only(real: Callable, cpu: Callable, name: str) -> Callable:
     return call
 
 
+def release_bound(cpu: Any, real: Any) -> Any:
+    """``cpu``, bound to ``real``'s own signature where its parameters differ by release."""
+    return cpu.bound_to(real) if isinstance(cpu, cpu_moe_kernels.ByReleaseSignature) else cpu
+
+
 def _installed(table: tuple, suffix: str) -> list[dict]:
     """Each (module, name, CPU kernel, why) of ``table`` set where the release has the module and
     name; the records, named ``<name>_<suffix>``."""
     done = []
     for module, name, cpu, why in table:
-        if attribute(module, name) is not None:
+        real = attribute(module, name)
+        if real is not None:
             launch = isinstance(cpu, cpu_graph_kernels.Launch)  # a Triton kernel[grid] launch
+            cpu = release_bound(cpu, real)
             setattr(importlib.import_module(module), name, cpu.counted(f"{module}.{name}")
                     if launch else counted(f"{module}.{name}", cpu))  # fmt: skip
             done.append(record(f"{name}_{suffix}", f"{module}.{name}", why, [f"{module}.{name}"]))
@@ -249,9 +256,7 @@ def eager_only_kernels() -> list[dict]:
             continue
         if hasattr(owner, name):  # where the import it binds failed, the name is None: still called
             real = getattr(owner, name)
-            if isinstance(cpu, cpu_moe_kernels.ByReleaseSignature):
-                cpu = cpu.bound_to(real)
-            setattr(owner, name, eager_only(real, cpu, f"{module}.{name}"))
+            setattr(owner, name, eager_only(real, release_bound(cpu, real), f"{module}.{name}"))
             done.append(record(f"{name}_eager_only", f"{module}.{name}", why, [f"{module}.{name}"]))
     return done
 

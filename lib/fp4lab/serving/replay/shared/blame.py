@@ -33,15 +33,27 @@ def kernel_absent(stack: list[str], said: str) -> bool:
     )
 
 
+CUDA_API = "torch/cuda/__init__.py:"
+"""torch's CUDA API, which this CPU build refuses ("Torch not compiled with CUDA enabled"): a
+kernel's wrapper asking it for the current stream has one on a GPU."""
+
+
 def missing_kernel(eager: dict) -> str | None:
-    """The eager pass's failure where it stopped at a kernel boundary for want of a kernel: its
-    last frame and message, or None (it ran, or failed in the release's own code)."""
+    """The eager pass's failure where it stopped at a kernel boundary for want of a kernel, or in
+    torch's CUDA API (``CUDA_API``): its last frame and message, or None (it ran, or failed in
+    the release's own code)."""
     stack = eager.get("frames") or []
-    if eager.get("status") != "runtime_error" or not kernel_absent(
-        stack, str(eager.get("message") or "")
-    ):
+    said = str(eager.get("message") or "")
+    if eager.get("status") != "runtime_error" or not stack:
         return None
-    return f"{stack[-2] if len(stack) > 1 else stack[-1]}: {eager.get('message')}"
+    if stack[-1].startswith(CUDA_API):
+        asked = next((f for f in reversed(stack) if not f.startswith(CUDA_API)), stack[-1])
+        return f"{asked}: {said} (torch's CUDA API)"
+    return (
+        f"{stack[-2] if len(stack) > 1 else stack[-1]}: {said}"
+        if kernel_absent(stack, said)
+        else None
+    )
 
 
 def releases_own(eager: dict, stop: dict) -> str | None:

@@ -103,6 +103,8 @@ def outcome(replay: dict, graph: str = "breakable") -> tuple[str, str]:
         said += f", from {launched}]" if launched and launched not in said else "]"
         if replay.get("refused_by_release"):
             return "not applicable", f"the release refuses the model here: {said}"
+        if replay.get("call_refused"):
+            return "blocked", f"the release's own call fails while building the model: {said}"
         return "not measured", f"the model was not built here: {said}"
     if found is None and replay.get("not_driven"):  # the release's options reach no such graph
         return (

@@ -41,9 +41,10 @@ TINY = {
 """Every width made small (only fields the config has). ``index_topk`` stays above the replay's
 16 tokens, so DSA's sparse attention selects every earlier token."""
 
-MODEL_TYPES = {"glm_moe_dsa": "deepseek_v3"}
+MODEL_TYPES = {"glm_moe_dsa": "deepseek_v3", "kimi_k2": "deepseek_v3"}
 """Model types the releases' pinned transformers lacks, and the config class whose fields are
-theirs (GLM-5's are DeepSeek-V3's plus the DSA indexer's)."""
+theirs (GLM-5's are DeepSeek-V3's plus the DSA indexer's; Kimi-K2 ships DeepSeek-V3's config
+class as its remote code)."""
 
 MLA_EXCLUDED = "*kv_b_proj"
 """Excluded from NVFP4 in MLA models: the releases' DeepSeek weight post-processing
