@@ -4,7 +4,7 @@
 #   make reproduce TORCH=torch==2.14.1    another torch build (a CUDA one on a GPU machine)
 #   make matrix VERSIONS=0.6.3,0.7.4      the FlashInfer version matrix (notebook 09), then the report
 #   make sglang [SGLANG_VERSIONS=0.5.9,0.5.16]  SGLang's own GLM-5 through every release (or those) x SM (notebook 11), then the report
-#   make benchmarks [BENCH_ARGS=--cold]  the speed goals (set-up cost, story timing, quantize throughput, FP4 API audit) into data/
+#   make benchmarks [BENCH_ARGS=--cold]  the speed goals (set-up cost, story timing, quantize throughput, FP4 API audit, one check) into data/
 #   make readme                           rewrite README.md's findings and timings from data/
 #   make pages                            every page the last reproduce exported, checked in headless Chromium
 #   make gpu TORCH=<a CUDA torch>         notebooks 04-08 sized for one GPU (within 8 min on an H200)
@@ -96,6 +96,7 @@ benchmarks: $(STAMP)
 	$(PY) benchmarks/story_timing.py --reproduce $(BENCH_ARGS)
 	$(PY) benchmarks/nvfp4_throughput.py
 	$(PY) benchmarks/fp4_api_audit.py
+	$(PY) benchmarks/check_speed.py
 
 test: lint
 	exec $(PY) -m pytest -n $(TEST_WORKERS) --dist loadfile --no-loadscope-reorder

@@ -140,6 +140,11 @@ def test_uvs_output_stays_out_of_a_notebook_which_gets_one_line(tmp_path, capsys
     assert "$ " in (tmp_path / "env.build.log").read_text(), "and in the log either way"
     venvs.ensure(tmp_path / "env", [["list"]])
     assert capsys.readouterr().out.startswith(f"[env] {tmp_path / 'env'}: reused in 0 s, ")
+    install = ["install", "--no-deps", "numpy==2.3.1", "orjson", "psutil", "pyzmq>=25.1.2"]
+    assert (
+        venvs.step_label(install)
+        == "uv pip install --no-deps numpy==2.3.1 orjson psutil and 1 more"
+    )
 
 
 def test_progress_goes_to_the_terminal_and_the_build_log_never_a_page(monkeypatch, capsys):

@@ -162,6 +162,15 @@ def _failure(label: str, output: str) -> str:
     return f"{label} failed: {' | '.join(tail)}"
 
 
+def step_label(step: list[str]) -> str:
+    """A ``uv pip`` step as one short progress line: its verb and options, the first three
+    requirements and how many more (the whole command goes to the build log)."""
+    options = [a for a in step[1:] if a.startswith("-")]
+    wanted = [a for a in step[1:] if not a.startswith("-")]
+    more = f" and {len(wanted) - 3} more" if len(wanted) > 3 else ""
+    return " ".join(["uv pip", *step[:1], *options, *wanted[:3]]) + more
+
+
 def _run(label: str, command: list[str], log: Path) -> str:
     """Run one uv command, its output kept in ``log`` only; one line on stderr names the step,
     except in a notebook (its page shows the environment's one line, ``_said``); '' when it
@@ -211,10 +220,8 @@ def ensure(path: Path, steps: list[list[str]]) -> Environment:
     path.parent.mkdir(parents=True, exist_ok=True)
     log.write_text("")
     commands = [("uv venv", [uv, "venv", "-q", "--python", sys.executable, str(path)])]
-    commands += [
-        (f"uv pip {' '.join(step)}", [uv, "pip", *step[:1], "--python", python, *step[1:]])
-        for step in steps
-    ]
+    commands += [(step_label(step), [uv, "pip", *step[:1], "--python", python, *step[1:]])
+                 for step in steps]  # fmt: skip
     for label, command in commands:
         error = _run(label, command, log)
         if error:

@@ -269,14 +269,32 @@ def timings() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _met(seconds: float, goal: float) -> str:
+    return f"goal {goal:.0f} s {'met' if seconds < goal else 'MISSED'}"
+
+
 def _matrix_timing() -> list[str]:
-    """Notebook 14's model matrix, warm, from its benchmark's newest record."""
-    found = _latest("benchmark_model_matrix", "timing")
-    if not found:
-        return []
-    v, prov = found[-1]["values"], found[-1]["provenance"]
-    scope = "the whole built-in set x every release x 3 SMs" if v["every_cell"] else "a part"
-    met = "met" if v["matrix_s"] < v["goal_s"] else "MISSED"
-    return [f"- notebook 14's model matrix, warm ({scope}: {v['cells']} cells): "
-            f"{v['matrix_s']:.0f} s on {v['cores']} cores, goal {v['goal_s']:.0f} s {met} "
-            f"(`benchmarks/model_matrix.py` at commit {prov['git']['commit'][:10]})."]  # fmt: skip
+    """Notebook 14's model matrix, warm, and one ``check``, from their benchmarks' newest records
+    (the built-in set as it was then, against the set now)."""
+    from fp4lab.serving.replay.shared import models
+
+    lines, found = [], _latest("benchmark_model_matrix", "timing")
+    check = _latest("benchmark_check", "timing")
+    if found:
+        v, p, now = found[-1]["values"], found[-1]["params"], len(models.built_in())
+        of = "" if len(p["models"]) == now else f" of the {now} now"
+        commit = found[-1]["provenance"]["git"]["commit"][:10]
+        lines.append(f"- notebook 14's model matrix, warm ({len(p['models'])} built-in models{of} "
+                     f"x {len(p['versions'])} releases x {len(p['sms'])} SMs: {v['cells']} cells): "
+                     f"{v['matrix_s']:.0f} s on {v['cores']} cores, {_met(v['matrix_s'], v['goal_s'])} "
+                     f"(`benchmarks/model_matrix.py` at commit {commit}).")  # fmt: skip
+    if check:
+        v, p = check[-1]["values"], check[-1]["params"]
+        built = " (its environment built)" if p["cold"] else ""
+        commit = check[-1]["provenance"]["git"]["commit"][:10]
+        lines.append(f"- one `check` ({p['config']}, SGLang {p['sglang']}, SM{p['sm']}): "
+                     f"{v['warm_s']:.0f} s warm, {_met(v['warm_s'], v['goal_s'])}; its first run "
+                     f"{v['first_s']:.0f} s{built}, {len(v['progress'])} progress lines, the "
+                     f"longest {v['longest_line']} characters (`benchmarks/check_speed.py` at "
+                     f"commit {commit}).")  # fmt: skip
+    return lines
