@@ -29,11 +29,14 @@ def _check(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
-def test_the_built_in_set_has_five_architectures_with_sources():
+def test_the_built_in_set_has_ten_models_of_eight_architectures_in_three_formats_with_sources():
     names = models.built_in()
     found = {models.named(n).architecture for n in names}
+    assert len(names) >= 10
     assert {"GlmMoeDsaForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM",
-            "LlamaForCausalLM", "GptOssForCausalLM"} <= found  # fmt: skip
+            "LlamaForCausalLM", "GptOssForCausalLM", "Qwen3ForCausalLM", "Glm4MoeForCausalLM",
+            "Llama4ForConditionalGeneration"} <= found  # fmt: skip
+    assert {models.named(n).method for n in names} == set(models.FORMATS)
     for name in names:
         model = models.named(name)
         assert model.source["published"].split()[0].startswith("https://"), name
