@@ -61,6 +61,11 @@ def test_a_refusal_of_the_harnesss_choices_is_not_measured_and_the_releases_own_
     """A ValueError in the release's loader is its refusal of the model, unless it refused what
     fp4lab chose: dummy weights, or a class its registry lacks only as imported here."""
     assert failed.refusal(REFUSED_NVFP4) == (True, None)
+    stand_in = [*REFUSED_NVFP4, "fp4lab/serving/replay/release/cpu_kernels.py:40:quantize"]
+    assert failed.refusal(stand_in) == (False, None), "raised by fp4lab's stand-in, not the release"
+    llama4 = ["fp4lab/serving/replay/release/model.py:257:build",
+              "sglang/srt/server_args.py:1180:_handle_model_specific_adjustments"]  # fmt: skip
+    assert failed.refusal(llama4) == (True, None), "the release's own argument checks"
     for frames, said in ((NO_DUMMY_WEIGHTS, "takes no dummy weights"),
                          (REGISTRY_MISS, "registry, as imported on this machine")):  # fmt: skip
         refused, choice = failed.refusal(frames)

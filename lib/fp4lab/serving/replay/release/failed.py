@@ -11,8 +11,13 @@ from fp4lab.compile import frames
 from fp4lab.core import paths
 from fp4lab.serving.replay.release import cpu_moe_kernels, facts, model, quantize
 
-REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/")
-"""Where the release's own refusal of a model on an SM is raised (a ``ValueError`` there)."""
+REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/",
+                  "sglang/srt/server_args.py")  # fmt: skip
+"""Where the release's own refusal of a model on an SM is raised: a ``ValueError`` there, a
+``NotImplementedError`` (a quantization format the release has no scheme for) or an
+``AssertionError`` (its arguments' checks, e.g. the attention backends a model takes)."""
+REFUSALS = (ValueError, NotImplementedError, AssertionError)
+"""The exceptions a refusal raises."""
 
 HARNESS_CHOICES = {
     "get_model_architecture": "the release's model registry, as imported on this machine, lacks "
@@ -30,12 +35,13 @@ it (``model._architecture``), and a user loads real weights."""
 
 def refusal(frames: list[str], value_error: bool = True) -> tuple[bool, str | None]:
     """Whether an exception raised at these frames is the release refusing the model (only a
-    ``value_error`` can be), and otherwise which of the harness's choices it refused
-    (``HARNESS_CHOICES``), if any."""
+    ``value_error`` can be, one of ``REFUSALS``, raised by the release), and otherwise which of
+    the harness's choices it refused (``HARNESS_CHOICES``), if any."""
     release = [f for f in frames if f.startswith("sglang/")]
     choice = next((why for f in release for name, why in HARNESS_CHOICES.items()
                    if f.endswith(f":{name}")), None)  # fmt: skip
-    refused = value_error and any(f.startswith(REFUSING_FILES) for f in frames[-2:])
+    refused = (value_error and bool(frames) and not frames[-1].startswith("fp4lab/")
+               and any(f.startswith(REFUSING_FILES) for f in frames[-2:]))  # fmt: skip
     return choice is None and refused, choice
 
 
@@ -44,7 +50,7 @@ def build_failed(exc: Exception, architecture: str) -> dict:
     release itself refused it, refused one of the harness's choices, or lacks its class, and the
     release's rules."""
     failed = failure(exc)
-    refused, choice = refusal(failed["frames"], isinstance(exc, ValueError))
+    refused, choice = refusal(failed["frames"], isinstance(exc, REFUSALS))
     chosen = quantize.chosen()  # the release's modules were imported on the simulated GPU
     return {"build_error": failed["error"], "build_frames": failed["frames"],
             "build_release_frame": failed["release_frame"],
