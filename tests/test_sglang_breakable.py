@@ -65,12 +65,15 @@ def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_pa
     """A host sync inside a captured segment (a GPU tensor's value read, or copied, to the host) is
     flagged with the frame that asked (a real capture refuses it), while a host tensor's value
     read there is kept as a host read (frozen into the graph, allowed); a replay that runs
-    nothing leaves the captured output (wrong output); the same capture without a fault works."""
+    nothing leaves the captured output (wrong output); a JIT build first asked for inside a
+    segment is flagged, the same build asked for by the warm-ups first is not; the same capture
+    without a fault works."""
     built = env.ensure_env(VERSION)
     checkpoint = models.write_tiny(*models.named("llama-3.3-70b-nvfp4").tiny()[:2],
                                    tmp_path / "model")  # fmt: skip
     faults = ("none", "host_sync", "to_host", "host_read", "stale_replay", "side_joined",
-              "side_forked_by_event", "side_not_forked", "event_across_break")  # fmt: skip
+              "side_forked_by_event", "side_not_forked", "event_across_break", "jit_build",
+              "jit_build_warm")  # fmt: skip
     subprocess.run([str(built.python), str(FAULT), str(checkpoint), SM, str(tmp_path), ",".join(faults)],
                    env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")},
                    check=True, capture_output=True, timeout=600)  # fmt: skip
@@ -101,6 +104,12 @@ def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_pa
         assert result == "blocked" and why.startswith(said), (fault, why)
     assert "inside captured segment 3 of bucket 16" in breakable_outcome.capture_outcome(
         found["event_across_break"])[1]  # fmt: skip
+    result, why = breakable_outcome.capture_outcome(found["jit_build"])
+    assert result == "blocked" and why.startswith(
+        "JIT build of fp4lab_planted_module (the warm-ups did not build it) inside captured "
+        "segment 2 of bucket 16"), why  # fmt: skip
+    result, why = breakable_outcome.capture_outcome(found["jit_build_warm"])
+    assert result == "works", ("the warm-ups asked for it first: built before any capture", why)
 
 
 @pytest.mark.environments

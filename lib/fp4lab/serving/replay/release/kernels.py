@@ -206,20 +206,24 @@ def ninja_refused() -> list[dict]:
                    "kernel; each replay lists them (jit_builds_refused)")]  # fmt: skip
 
 
-def refused_builds(log: Path) -> list[str]:
-    """The CUDA modules whose builds ``ninja_refused`` refused, from the folders in ``log`` (then
-    removed): each module's name (tvm-ffi's hash, SGLang's build and staging folders left out)."""
-    if not log.exists():
-        return []
-    lines = log.read_text().splitlines()
-    log.unlink()
+def build_names(log: Path) -> list[str]:
+    """The CUDA modules ``ninja_refused`` was asked to build so far, in order, from the folders
+    in ``log``: each module's name (tvm-ffi's hash, SGLang's build and staging folders left out)."""
     names = []
-    for line in lines:
+    for line in log.read_text().splitlines() if log.exists() else []:
         folder = next(
             p for p in reversed(Path(line).parts) if not p.startswith((".staging-", "build-"))
         )
         names.append(re.split(r"_[0-9a-f]{16}(?:_|$)", folder)[0])
-    return sorted(set(names))
+    return names
+
+
+def refused_builds(log: Path) -> list[str]:
+    """The CUDA modules whose builds ``ninja_refused`` refused (``build_names``); ``log`` then
+    removed."""
+    names = sorted(set(build_names(log)))
+    log.unlink(missing_ok=True)
+    return names
 
 
 def load_time_kernels() -> list[dict]:

@@ -1,20 +1,23 @@
 """Inside one SGLang environment: a simulated capture's stand-ins for ``torch.cuda.CUDAGraph``
 (a breakable segment) and ``torch.cuda.graph`` (a full graph), and what they flag inside an open
 segment: a host sync a real capture refuses (a GPU tensor's value read or copied to the host,
-``devices.OnGpu``) apart from a host tensor's value read (frozen into the graph, allowed), and
-what CUDA's stream-capture rules refuse across streams (``streams``)."""
+``devices.OnGpu``) apart from a host tensor's value read (frozen into the graph, allowed), what
+CUDA's stream-capture rules refuse across streams (``streams``), and a JIT build the warm-ups did
+not ask for (its module compiled and loaded while the stream captures)."""
 
 from __future__ import annotations
 
+import os
 import traceback
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
 
 from fp4lab.compile import frames
 from fp4lab.serving.capture import recorder
-from fp4lab.serving.replay.release import devices
+from fp4lab.serving.replay.release import devices, kernels
 from fp4lab.serving.replay.release.streams import Streams
 
 HOST_SYNCS = {torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero}
@@ -31,6 +34,7 @@ class Capture:
     flags: list[dict] = field(default_factory=list)
     host_reads: list[dict] = field(default_factory=list)
     asked: dict[str, bool] = field(default_factory=dict)
+    built: set[str] = field(default_factory=set)
     gpu: devices.OnGpu | None = None
     streams: Streams = field(init=False)
 
@@ -57,6 +61,18 @@ class Capture:
     def copied_to_host(self, name: str) -> None:
         if self.open:
             self.flag(f"host sync {name} (a GPU tensor copied to the host)")
+
+    def builds(self, closing: bool) -> None:
+        """At a segment's start, the JIT builds asked for so far (the warm-ups', earlier
+        segments'); at its end, each build first asked for while it was open is flagged: its
+        module is compiled and loaded while the stream captures."""
+        log = os.environ.get("FP4LAB_REFUSED_BUILDS")
+        for name in kernels.build_names(Path(log)) if log else []:
+            if closing and name not in self.built:
+                self.flags.append({"what": f"JIT build of {name} (the warm-ups did not build it)",
+                                   "bucket": self.bucket, "segment": self.segment,
+                                   "frame": "ninja (the build the open segment asked for)"})  # fmt: skip
+            self.built.add(name)
 
 
 STANDIN_CODE = (
@@ -122,6 +138,7 @@ def segment_class(capture: Capture) -> type:
 
         def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
             capture.segment += 1
+            capture.builds(closing=False)
             capture.streams.begin()
             self.mode = _Watching(self, capture)
             self.mode.__enter__()
@@ -131,6 +148,7 @@ def segment_class(capture: Capture) -> type:
                 raise RuntimeError("capture_end without capture_begin")
             self.mode.__exit__(None, None, None)
             capture.streams.end()
+            capture.builds(closing=True)
             self.mode = None
 
         def instantiate(self) -> None:
@@ -150,11 +168,13 @@ def whole_class(capture: Capture) -> type:
 
         def __enter__(self) -> None:
             capture.segment += 1
+            capture.builds(closing=False)
             capture.streams.begin()
             self.mode.__enter__()
 
         def __exit__(self, *exc: object) -> None:
             self.mode.__exit__(*exc)
             capture.streams.end()
+            capture.builds(closing=True)
 
     return Whole
