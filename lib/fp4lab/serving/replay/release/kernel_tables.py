@@ -154,6 +154,9 @@ LOAD_TIME = (
      "calls at load time: fp4lab's 128x4 swizzle"),
     ("flashinfer", "block_scale_interleave", cpu_kernels.block_scale_interleave,
      "FlashInfer's JIT block-scale interleave (its older name, the same call): fp4lab's swizzle"),
+    ("flashinfer.fp4_quantization", "block_scale_interleave", cpu_kernels.block_scale_interleave,
+     "FlashInfer's JIT block-scale interleave where its own shuffle_matrix_sf_a calls it (the "
+     "TRT-LLM MoE's weight preparation, FlashInfer 0.4-0.5): fp4lab's swizzle"),
     ("sglang.srt.layers.quantization.mxfp4", "nvfp4_block_scale_interleave",
      cpu_kernels.block_scale_interleave,
      "FlashInfer's JIT block-scale interleave as the MXFP4 MoE binds it at import, for its "
