@@ -3,6 +3,7 @@ against its definition (the layouts the release's own code writes or reads)."""
 
 from __future__ import annotations
 
+import sys
 import types
 
 import pytest
@@ -16,6 +17,7 @@ from fp4lab.serving.replay.release import (
     cpu_kernels,
     cpu_moe_kernels,
     cpu_quant_kernels,
+    kernels,
 )
 
 
@@ -177,3 +179,28 @@ def test_the_triton_moe_is_each_tokens_experts_by_definition_and_binds_each_rele
         bound(x, w1, w2, weights, ids, use_fp8_w8a8=True)
     with pytest.raises(cpu_moe_kernels.CallRefused, match="unexpected keyword argument 'dtype'"):
         bound(x, w1, w2, weights, ids, dtype=torch.bfloat16), "as the real function refuses it"
+
+
+def test_a_stand_in_installed_twice_stays_bound_to_the_releases_own_signature(monkeypatch):
+    """A table installed again (a fork sets up what its parent had) binds its stand-in to the
+    release's function, not to the stand-in before it; a call that function refuses is refused."""
+    module = types.ModuleType("fp4lab_release_like")
+
+    def upcast_from_mxfp(tensor, scale, target_dtype, axis):
+        raise AssertionError("the stand-in runs instead")
+
+    module.upcast_from_mxfp = upcast_from_mxfp
+    monkeypatch.setitem(sys.modules, module.__name__, module)
+    monkeypatch.setattr(kernels, "ORIGINALS", {})
+    table = ((module.__name__, "upcast_from_mxfp",
+              cpu_moe_kernels.ByReleaseSignature(cpu_quant_kernels.upcast_from_mxfp), "why"),)  # fmt: skip
+    for _ in range(2):
+        [done] = kernels.installed(table, "load_time")
+    codes = torch.zeros(1, 3, 16, dtype=torch.uint8)
+    scales = torch.full((1, 3, 1), 127, dtype=torch.uint8)
+    assert module.upcast_from_mxfp(codes, scales, torch.bfloat16, -1).shape == (1, 3, 32)
+    with pytest.raises(
+        cpu_moe_kernels.CallRefused, match="missing a required argument: 'target_dtype'"
+    ):
+        module.upcast_from_mxfp(codes, scales, dtype=torch.bfloat16, axis=-1)
+    assert done["name"] == "upcast_from_mxfp_load_time"

@@ -163,12 +163,17 @@ def release_bound(cpu: Any, real: Any) -> Any:
     return cpu.bound_to(real) if isinstance(cpu, cpu_moe_kernels.ByReleaseSignature) else cpu
 
 
-def _installed(table: tuple, suffix: str) -> list[dict]:
+ORIGINALS: dict[str, Any] = {}
+"""Each release function a table replaced, as the release had it (installed again, a stand-in is
+bound to the release's own signature, never to the stand-in before it)."""
+
+
+def installed(table: tuple, suffix: str) -> list[dict]:
     """Each (module, name, CPU kernel, why) of ``table`` set where the release has the module and
     name; the records, named ``<name>_<suffix>``."""
     done = []
     for module, name, cpu, why in table:
-        real = attribute(module, name)
+        real = ORIGINALS.setdefault(f"{module}.{name}", attribute(module, name))
         if real is not None:
             launch = isinstance(cpu, cpu_graph_kernels.Launch)  # a Triton kernel[grid] launch
             cpu = release_bound(cpu, real)
@@ -229,12 +234,12 @@ def refused_builds(log: Path) -> list[str]:
 def load_time_kernels() -> list[dict]:
     """``kernel_tables.LOAD_TIME`` installed where the release has the module and name (before the
     model loads)."""
-    return _installed(tables.LOAD_TIME, "load_time")
+    return installed(tables.LOAD_TIME, "load_time")
 
 
 def replaced_kernels() -> list[dict]:
     """``kernel_tables.REPLACED`` installed where the release has the module and name."""
-    return _installed(tables.REPLACED, "replaced")
+    return installed(tables.REPLACED, "replaced")
 
 
 def eager_only_kernels() -> list[dict]:
