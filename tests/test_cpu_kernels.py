@@ -107,6 +107,11 @@ def test_the_mxfp_upcast_is_each_e2m1_code_times_its_blocks_power_of_two_along_t
         dtype=torch.float32,
     )
     assert torch.equal(across, want.transpose(1, 2))
+    rows = torch.tensor([[1.0, 2.0, 0.5], [4.0, 1.0, 0.25]])  # one scale per row across the axis
+    scaled = cpu_quant_kernels.upcast_from_mxfp(
+        packed, scales, -1, torch.float32, tensor_scale=rows
+    )
+    assert torch.equal(scaled, want * rows[..., None])
 
 
 def test_per_token_group_quant_scales_each_group_to_the_code_range_and_packs_ue8m0_exponents():

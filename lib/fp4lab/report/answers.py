@@ -71,10 +71,10 @@ def _per_sm(header: list[str], cells: object) -> str:
 
 def _captured(line: dict, graph: str) -> str:
     """The runs of one captured graph in one SM's timeline, each outcome with its release
-    ranges ("not measured" where the timeline holds none)."""
+    ranges ("not applicable" where the timeline holds none: no release reached that graph)."""
     found = line.get(f"{graph}_runs") or []
     said = "; ".join(f"{o}: {_where(found, o)}" for o in dict.fromkeys(r["outcome"] for r in found))
-    return said or "not measured"
+    return said or "not applicable"
 
 
 def _graphs(lines: dict) -> list[str]:

@@ -32,13 +32,27 @@ def mxfp8_quantize(input: torch.Tensor, is_sf_swizzled_layout: bool = True, alig
 
 
 def upcast_from_mxfp(tensor: torch.Tensor, scale: torch.Tensor, axis: int,
-                     target_dtype: torch.dtype | None = None,
-                     dtype: torch.dtype | None = None) -> torch.Tensor:  # fmt: skip
+                     target_dtype: torch.dtype | None = None, dtype: torch.dtype | None = None,
+                     tensor_scale: torch.Tensor | None = None) -> torch.Tensor:  # fmt: skip
     """triton_kernels' MXFP upcast (the MXFP4 MoE's weights dequantized at load where the release
     takes neither its Triton nor a FlashInfer MoE) by its definition: along ``axis``, two E2M1
     codes a byte (the even index low) or FP8 values, blocks of 32 each times 2^(scale - 127).
-    The output dtype is ``target_dtype``, or ``dtype`` as older triton_kernels name it."""
-    target_dtype = target_dtype or dtype
+    The output dtype is ``target_dtype``, or ``dtype`` as older triton_kernels name it; newer
+    ones multiply the output by ``tensor_scale`` (one value, or one per row across ``axis``)."""
+    if scale.dtype != torch.uint8:
+        raise NotImplementedError("fp4lab's upcast covers MX (UE8M0) block scales only, not "
+                                  f"{scale.dtype} (NVFP4's e4m3 blocks of 16)")  # fmt: skip
+    out = _upcast(tensor, scale, axis, target_dtype or dtype)
+    if tensor_scale is None:
+        return out
+    axis = axis % tensor.ndim
+    shape = ((1,) * out.ndim if tensor_scale.numel() == 1
+             else (*tensor_scale.shape[:axis], 1, *tensor_scale.shape[axis:]))  # fmt: skip
+    return out * tensor_scale.reshape(shape)
+
+
+def _upcast(tensor: torch.Tensor, scale: torch.Tensor, axis: int, target_dtype: torch.dtype
+            ) -> torch.Tensor:  # fmt: skip
     values = tensor.transpose(axis, -1)
     if tensor.dtype == torch.uint8:
         values = encodings.e2m1_decode(encodings.unpack_e2m1(values))
