@@ -275,14 +275,14 @@ def _met(seconds: float, goal: float) -> str:
 
 def _matrix_timing() -> list[str]:
     """Notebook 14's model matrix, warm, and one ``check``, from their benchmarks' newest records
-    (the built-in set as it was then, against the set now)."""
-    from fp4lab.serving.replay.shared import models
-
+    (the built-in set as it was then, against the set notebook 14 measured last)."""
     lines, found = [], _latest("benchmark_model_matrix", "timing")
     check = _latest("benchmark_check", "timing")
+    matrix = records.latest("14_fp4_model_matrix")
     if found:
-        v, p, now = found[-1]["values"], found[-1]["params"], len(models.built_in())
-        of = "" if len(p["models"]) == now else f" of the {now} now"
+        v, p = found[-1]["values"], found[-1]["params"]
+        now = len(matrix[-1]["params"].get("models", [])) if matrix else len(p["models"])
+        of = "" if len(p["models"]) == now else f" of the {now} notebook 14 measured last"
         commit = found[-1]["provenance"]["git"]["commit"][:10]
         lines.append(f"- notebook 14's model matrix, warm ({len(p['models'])} built-in models{of} "
                      f"x {len(p['versions'])} releases x {len(p['sms'])} SMs: {v['cells']} cells): "
