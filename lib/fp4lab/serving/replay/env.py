@@ -124,7 +124,7 @@ def triton_required(torch_pin: str) -> str | None:
         done = subprocess.run([venvs.uv_binary(), "pip", "compile", "-q", "--python-version",
                                "3.11", "--python-platform", "x86_64-manylinux_2_28", "-"],
                               input=f"torch{torch_pin}\n", capture_output=True, text=True,
-                              timeout=120)  # fmt: skip
+                              timeout=120, env=venvs.uv_environment())  # fmt: skip
     except subprocess.TimeoutExpired:
         return None
     found = re.search(r"^triton==(\S+)", done.stdout, re.MULTILINE)

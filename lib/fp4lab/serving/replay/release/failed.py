@@ -33,14 +33,14 @@ not of the model on the SM: the model class is only asked for when the release's
 it (``model._architecture``), and a user loads real weights."""
 
 
-def refusal(frames: list[str], value_error: bool = True) -> tuple[bool, str | None]:
-    """Whether an exception raised at these frames is the release refusing the model (only a
-    ``value_error`` can be, one of ``REFUSALS``, raised by the release), and otherwise which of
+def refusal(frames: list[str], refusing: bool = True) -> tuple[bool, str | None]:
+    """Whether an exception raised at these frames is the release refusing the model (only one
+    of ``REFUSALS``, ``refusing``, raised by the release's code can be), and otherwise which of
     the harness's choices it refused (``HARNESS_CHOICES``), if any."""
     release = [f for f in frames if f.startswith("sglang/")]
     choice = next((why for f in release for name, why in HARNESS_CHOICES.items()
                    if f.endswith(f":{name}")), None)  # fmt: skip
-    refused = (value_error and bool(frames) and not frames[-1].startswith("fp4lab/")
+    refused = (refusing and bool(frames) and not frames[-1].startswith("fp4lab/")
                and any(f.startswith(REFUSING_FILES) for f in frames[-2:]))  # fmt: skip
     return choice is None and refused, choice
 
