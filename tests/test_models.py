@@ -256,8 +256,10 @@ def test_published_formats_and_architectures_get_an_answer_from_a_real_release(t
     never named), Llama-4 Scout (a multimodal wrapper) and the built-in DeepSeek-R1, from their
     configs alone, through SGLang 0.5.16's own classes and runner on SM12.0: the first two and
     DeepSeek compile as released and equal eager (DeepSeek's fused QKV-A GEMM a stand-in);
-    Scout's compiled run fails in the release's MoE op, which fails uncompiled too: the compiler
-    is cleared, and the cell stays "not measured", since this replay's set-up is not.
+    Scout's compiled run fails in the release's MoE op, which fails uncompiled too, because the
+    release's own prefill-graph layer table lists none of its MoE layers (Llama-4 keeps them in
+    ``feed_forward``): blocked, the release's and not the compiler's; GLM-4.5-Air's MoE layers
+    are all listed.
     GLM-4.5-Air's MoE routing is a torch.compile'd helper of the release, which inductor
     compiles for its CPU tensors once Triton's driver probe has its stand-in
     (``setup_standins.triton_driver_probe``)."""
@@ -288,9 +290,11 @@ def test_published_formats_and_architectures_get_an_answer_from_a_real_release(t
     assert "triton_driver_probe" in standins
     row = matrix.row(scout, run.version, "12.0", run.by_model[scout.name]["12.0"], run.calls)
     assert row["model_class"] == "sglang.srt.models.mllama4.Llama4ForConditionalGeneration"
-    assert row["outcome"] == "not measured", "a failure both ways may be this replay's set-up"
-    assert ("uncompiled it fails the same way, at sglang/srt/layers/moe/fused_moe_triton/layer.py:"
-            in row["note"] and "not the compiler's" in row["note"]), row["note"]  # fmt: skip
+    assert row["outcome"] == "blocked", row["note"]
+    assert row["blocked_at"].startswith("sglang/srt/layers/moe/fused_moe_triton/layer.py:")
+    assert ("lists no MoE for layers" in row["note"]
+            and "not the compiler's" in row["note"]), row["note"]  # fmt: skip
+    assert run.by_model[air.name]["12.0"]["eager_release"]["moe_unlisted"] == []
 
 
 @pytest.mark.environments
@@ -300,9 +304,12 @@ def test_0_5_4_builds_a_prequantized_modelopt_checkpoint_with_its_own_dummy_load
     already) is built by the release's own DummyModelLoader, listed, and gets a verdict: blocked
     at FlashInfer's quantize JIT, as on 0.5.3 and 0.5.5. GLM-5 (its quantization inline only)
     is what 0.5.4 would quantize from real weights: it stays "not measured", said why, with no
-    machine path in the note."""
+    machine path in the note. gpt-oss reaches sgl-kernel 0.3.16's fused rotary, whose wrapper
+    passes the CUDA stream handle: the op's schema takes it where the wrapper passes it
+    (``op_schemas``), the handle is stood in for, and the cell gets a verdict."""
     llama, glm5 = models.named("llama-3.3-70b-nvfp4"), models.named("glm-5-nvfp4")
-    [run] = matrix.measure([llama, glm5], ["0.5.4"], ["10.0"], fresh=True)
+    oss = models.named("gpt-oss-120b-mxfp4")
+    [run] = matrix.measure([llama, glm5, oss], ["0.5.4"], ["10.0"], fresh=True)
     replay = run.by_model[llama.name]["10.0"]
     row = matrix.row(llama, run.version, "10.0", replay, run.calls)
     assert "dummy_loader_for_prequantized" in {s["name"] for s in replay["standins"]}
@@ -314,6 +321,9 @@ def test_0_5_4_builds_a_prequantized_modelopt_checkpoint_with_its_own_dummy_load
     assert (
         "build/sglang-compile/logs/" in other["note"] and str(paths.REPO_ROOT) not in other["note"]
     )
+    row = matrix.row(oss, run.version, "10.0", run.by_model[oss.name]["10.0"], run.calls)
+    assert row["outcome"] == "blocked", row["note"]
+    assert {"get_cuda_stream_replaced", "sgl_kernel_ops"} <= set(row["standins_reached"])
 
 
 @pytest.mark.environments

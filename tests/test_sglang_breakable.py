@@ -246,3 +246,17 @@ def test_a_graph_no_option_reaches_is_not_applicable_and_a_failed_child_is_not_m
                              "option reaches full"), why  # fmt: skip
     result, why = breakable_outcome.outcome({"error": "the child timed out"}, "breakable")
     assert (result, why) == ("not measured", "the child timed out")
+
+
+def test_a_release_that_builds_no_prefill_runner_switches_the_graph_off_in_its_own_words():
+    """Where the release's ``init_cuda_graphs`` builds no ``PrefillCudaGraphRunner`` and logs
+    why (0.5.14-0.5.15 for Llama-4's multimodal wrapper), the graph is not applicable, in the
+    release's words; where it logged nothing and captured nothing, not measured."""
+    said = "Disable prefill CUDA graph because the model is not a language model"
+    result, why = breakable_outcome.capture_outcome({"declined": said, "buckets": []})
+    assert (result, why) == (
+        "not applicable",
+        f"the release builds no prefill graph runner: {said}",
+    )
+    result, why = breakable_outcome.capture_outcome({"buckets": []})
+    assert (result, why) == ("not measured", "no bucket was captured and replayed")

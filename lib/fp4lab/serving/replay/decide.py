@@ -59,21 +59,15 @@ def moe_path(replay: dict, calls: list[dict]) -> tuple[str, str | None]:
     moe = next((m for m in methods if "MoE" in m.split(":")[0]), None)
     if not fixed.get("compiles"):
         return f"{moe or 'the MoE layer'}: not reached by the trace", None
-    ops = [
-        op
-        for op in fixed.get("graph_custom_ops", {})
-        if "moe" in op and op.endswith("cuda_graph_impl")
-    ]
+    ops = [op for op in fixed.get("graph_custom_ops", {})
+           if "moe" in op and op.endswith("cuda_graph_impl")]  # fmt: skip
     if not ops:
         return f"{moe}: traced inline (no MoE op in the graph)", None
     cls = (moe or "").split(":")[0]
     direct = [c for c in calls if not c["wrapped"] and c["file"].endswith("fused_moe_triton/layer.py")
               and c["entry_point"].endswith("fp4_quantize") and cls == "FlashInferFP4MoE"]  # fmt: skip
-    where = (
-        f"; it calls {direct[0]['call']} at {direct[0]['file']}:{direct[0]['line']}"
-        if direct
-        else ""
-    )
+    where = (f"; it calls {direct[0]['call']} at {direct[0]['file']}:{direct[0]['line']}"
+             if direct else "")  # fmt: skip
     op = ops[0].replace(".", "::", 1)
     return f"{moe} inside {op}: its quantize is not traced{where}", op
 
@@ -187,6 +181,10 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
         said = "this machine has no CUDA driver for Triton" if blame.machine_only(last) else (
             "the traced model failed when run")  # fmt: skip
         own = blame.releases_own(eager, last) if not missing else None
+        if unlisted := blame.unlisted_moe(eager, own):
+            frame = own.split(": ")[0]
+            return {**row, "outcome": "blocked", "blocked_at": frame, "blockers": [frame],
+                    "note": unlisted}  # fmt: skip
         also = (f"; uncompiled it fails the same way, at {own}: not the compiler's, and whether "
                 "the release's or this replay's set-up is not decided here" if own else "")  # fmt: skip
         return harness(row, f"{said} at {stopped}{also}", last.get("blocker_frame"))

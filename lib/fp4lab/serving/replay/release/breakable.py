@@ -36,6 +36,7 @@ from fp4lab.serving.replay.release import (
     kernels,
     replayed,
     reworked,
+    runner,
     segments,
 )
 from fp4lab.serving.replay.release.failed import failure
@@ -202,15 +203,18 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
     with torch.no_grad(), _boundary(sm, capture, captured), capture.gpu:
         real = _attention_defaults(host, capture)  # the factory reads the simulated GPU
         try:
-            host.init_cuda_graphs(capture_decode_cuda_graph=False)
+            with runner.logged("sglang") as lines:
+                host.init_cuda_graphs(capture_decode_cuda_graph=False)
         except Exception as exc:  # the release's capture failed: what is measured
             asked = getattr(exc, "obj", None) if isinstance(exc, AttributeError) else None
             found["blocked"] = failure(exc) | {
                 "harness_object": asked is not None and (asked in (host, torch.cpu) or
                                                          type(asked).__module__.startswith("fp4lab"))}  # fmt: skip
-        runner = getattr(host, "prefill_cuda_graph_runner", None)
-        graphs = getattr(getattr(runner, "backend", None), "_graphs", {})
-        found["backend"] = type(getattr(runner, "backend", None)).__name__
+        built = getattr(host, "prefill_cuda_graph_runner", None)
+        if "blocked" not in found and type(built).__name__ != "PrefillCudaGraphRunner":
+            found["declined"] = runner.declined_reason(lines) or "no line logged"
+        graphs = getattr(getattr(built, "backend", None), "_graphs", {})
+        found["backend"] = type(getattr(built, "backend", None)).__name__
         found["buckets"] = [  # a full graph is one segment with no breaks
             {"bucket": key.size, "variant": _variant(key),
              "segments": len(getattr(graph, "_segments", [graph])),
@@ -228,5 +232,5 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
             generator = torch.Generator().manual_seed(1)
             plain = [k for k in graphs if _variant(k) is None] or list(graphs)
             keys = sorted(plain, key=lambda k: k.size)[:COMPARED]
-            found["replays"] = [replayed.compare(runner, captured, key, generator) for key in keys]
+            found["replays"] = [replayed.compare(built, captured, key, generator) for key in keys]
     return found

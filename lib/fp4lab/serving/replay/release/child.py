@@ -192,9 +192,9 @@ def eager_release(built: model.Built, sm: tuple[int, int]) -> dict:
     """The runner eagerly on the release's own code (FlashInfer seeing the target)."""
     with stages.applied(stages.target_stages(sm)), fix.observing() as ran:
         run = runner.drive(built, sm, eager=True)
-    data = run.as_record()
+    data, unlisted = run.as_record(), runner.unlisted_moe(built)
     return {"status": data["status"], "exception": data["exception"], "message": data["message"],
-            "frames": data["frames"][-6:], "kernel": ran.kernel}  # fmt: skip
+            "frames": data["frames"][-6:], "kernel": ran.kernel, "moe_unlisted": unlisted}  # fmt: skip
 
 
 MODES = ("story", "chain", "patch", *flags.CAPTURED)

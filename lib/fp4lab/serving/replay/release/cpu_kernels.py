@@ -99,6 +99,12 @@ def rope(positions, x, head_size, cache, is_neox) -> None:
     view[..., :rot] = out.to(x.dtype)
 
 
+def default_stream() -> int:
+    """The handle of CUDA's default stream, which ``torch.cuda.current_stream().cuda_stream``
+    gives outside a stream context."""
+    return 0
+
+
 def rope_with_key(positions, query, key, head_size, cache, is_neox=True) -> None:
     rope(positions, query, head_size, cache, is_neox)
     rope(positions, key, head_size, cache, is_neox)
@@ -145,8 +151,9 @@ def rope_pos_ids_with_kv_cache(q, k, q_rope, k_rope, cache, pos_ids, v, k_buffer
 
 
 def rope_pos_ids_kv(q, k, q_rope, k_rope, cache, pos_ids, interleave, enable_pdl, *kv_write):
-    """sgl_kernel's fused rotary (0.5.6-0.5.8): the rotary above; the KV-cache write it may fuse
-    is dropped (one extend batch from an empty cache reads nothing back)."""
+    """sgl_kernel's fused rotary (0.5.4-0.5.8): the rotary above; the stream handle sgl-kernel
+    0.3.16 passes first and the KV-cache write it may fuse are dropped (one extend batch from an
+    empty cache reads nothing back)."""
     rope_pos_ids(q, k, q_rope, k_rope, cache, pos_ids, interleave, enable_pdl)
 
 

@@ -5,11 +5,17 @@ chose (``HARNESS_CHOICES``), or the release lacking the model's class.
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
+import importlib.util
+import re
+import sysconfig
 import traceback
+from pathlib import Path
 
 from fp4lab.compile import frames
 from fp4lab.core import paths
-from fp4lab.serving.replay.release import cpu_moe_kernels, facts, model, quantize
+from fp4lab.serving.replay.release import cpu_moe_kernels, facts, layout, model, quantize
 
 REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/",
                   "sglang/srt/server_args.py")  # fmt: skip
@@ -45,6 +51,50 @@ def refusal(frames: list[str], refusing: bool = True) -> tuple[bool, str | None]
     return choice is None and refused, choice
 
 
+MACHINE_WORDS = (".so", "libcuda", "CUDA", "No module named")
+"""What an import failure says where it is this machine's (a CUDA binary, its driver) or a
+package the environment lacks, not the environment's own packages disagreeing."""
+
+
+def distribution(top: str) -> str | None:
+    """The installed distribution (``name version``) that holds the top-level module ``top``,
+    found by its name, else by the folder its file is in (a package put on the path by a
+    ``.pth`` file, as nvidia-cutlass-dsl puts ``cutlass``)."""
+    owners = importlib.metadata.packages_distributions()
+    spec = importlib.util.find_spec(top) if not owners.get(top) else None
+    if spec is not None and spec.origin:
+        purelib = Path(sysconfig.get_paths()["purelib"])
+        top = (
+            Path(spec.origin).relative_to(purelib).parts[0]
+            if spec.origin.startswith(str(purelib))
+            else top
+        )
+    name = (owners.get(top) or [None])[0]
+    return f"{name} {importlib.metadata.version(name)}" if name else None
+
+
+def module_fails(architecture: str) -> str | None:
+    """Where the release's loader built another class than ``architecture`` (its registry left
+    the module defining it out): that module's import failure, where it is of the environment's
+    own packages as resolved from the release's pins (not ``MACHINE_WORDS``), with the installed
+    versions of the packages its last frames are in; None where it imports or fails for this
+    machine."""
+    module = layout.module_defining(architecture)
+    try:
+        importlib.import_module(module or "")
+        return None
+    except Exception as exc:  # the module's own import failure is what is recorded
+        failed = failure(exc)
+    if any(w in failed["error"] for w in MACHINE_WORDS):
+        return None
+    named = re.findall(r"module '(\w+)", failed["error"])  # a module the message names
+    tops = [*(f.split("/")[0] for f in failed["frames"][-2:]), *named]
+    held = ", ".join(dict.fromkeys(d for t in tops if t.isidentifier() and (d := distribution(t))))
+    return (f"the release's {module} does not import in its environment as resolved from its "
+            f"pins ({held}): {failed['error']} [at {failed['frames'][-1]}]; its loader builds "
+            f"another class in place of {architecture}")  # fmt: skip
+
+
 def build_failed(exc: Exception, architecture: str) -> dict:
     """A model the release's code did not build (or import) here: the obstacle, whether the
     release itself refused it, refused one of the harness's choices, or lacks its class, and the
@@ -57,7 +107,8 @@ def build_failed(exc: Exception, architecture: str) -> dict:
             "facts": {"quantize": {k: v for k, v in chosen.items() if k != "callable"}},
             "refused_by_release": refused, "harness_choice_refused": choice,
             "call_refused": isinstance(exc, cpu_moe_kernels.CallRefused),
-            "model_absent": str(exc) if isinstance(exc, model.ModelAbsent) else None,
+            "model_absent": str(exc) if isinstance(exc, model.ModelAbsent) else (
+                module_fails(architecture) if isinstance(exc, model.NotTheReleasesModel) else None),
             } | facts.release_rules()  # fmt: skip
 
 

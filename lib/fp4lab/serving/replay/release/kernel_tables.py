@@ -282,6 +282,11 @@ REPLACED = (
        "KV index translator), launched as kernel[grid]: the gather in torch")
       for module in ("sglang.srt.model_executor.forward_batch_deepseek_mha_mixin",
                      "sglang.srt.mem_cache.kv_index_translator")),
+    *((module, "get_cuda_stream", cpu_kernels.default_stream,
+       "sgl_kernel's CUDA stream handle (sgl-kernel 0.3.16 passes it to its ops; torch's CUDA "
+       "API raises on a CPU build): the default stream's handle, 0, a constant as dynamo takes "
+       "a stream's cuda_stream on a GPU")
+      for module in ("sgl_kernel.elementwise", "sgl_kernel.gemm", "sgl_kernel.speculative")),
     ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", cpu_moe_kernels.marlin_workspace,
      "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
     ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",

@@ -37,7 +37,12 @@ from typing import Any
 import torch
 
 from fp4lab.core import paths
-from fp4lab.serving.replay.release import cpu_graph_kernels, cpu_kernels, cpu_moe_kernels
+from fp4lab.serving.replay.release import (
+    cpu_graph_kernels,
+    cpu_kernels,
+    cpu_moe_kernels,
+    op_schemas,
+)
 from fp4lab.serving.replay.release import kernel_tables as tables
 from fp4lab.serving.replay.release.reached import counted
 
@@ -66,13 +71,13 @@ def sgl_kernel_ops() -> list[dict]:
     for name, (schema, kernel, _) in tables.SGL_KERNEL_OPS.items():
         if hasattr(torch.ops.sgl_kernel, name):
             continue
-        library.define(schema)
+        library.define(op_schemas.as_called(name, schema))
         library.impl(name, counted(f"sgl_kernel::{name}", kernel), "CPU")
         defined.append(name)
     return [record("sgl_kernel_ops", f"sgl_kernel::{{{','.join(defined)}}}",
                     "sgl_kernel's C++ op library is a CUDA-only binary; each op GLM-5 calls is "
-                    "defined with the schema its Python wrapper calls, a torch CPU kernel and "
-                    "a fake, so dynamo sees one opaque node as on a GPU",
+                    "defined with the schema its Python wrapper calls (op_schemas), a torch "
+                    "CPU kernel and a fake, so dynamo sees one opaque node as on a GPU",
                     [f"sgl_kernel::{n}" for n in defined])] if defined else []  # fmt: skip
 
 

@@ -90,6 +90,19 @@ def classes_in_source(root: Path, names: tuple[str, ...]) -> tuple[str, ...]:
     return tuple(n for n in names if n in found)
 
 
+def module_defining(name: str) -> str | None:
+    """The release's model module whose source has a ``class NAME`` statement (dotted)."""
+    root = package_root()
+    pattern = re.compile(rf"^class {re.escape(name)}\b", re.MULTILINE)
+    found = next((p for p in sorted(root.glob(MODEL_FILES))
+                  if pattern.search(p.read_text(errors="replace"))), None)  # fmt: skip
+    return (
+        f"sglang.{found.relative_to(root).with_suffix('').as_posix().replace('/', '.')}"
+        if found
+        else None
+    )
+
+
 @cache
 def probe(architectures: tuple[str, ...]) -> Layout:
     """The installed release's layout (see the module docstring)."""

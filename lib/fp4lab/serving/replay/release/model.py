@@ -220,7 +220,7 @@ def imported(sm: tuple[int, int]) -> Iterator[Release]:
         patched = stack.enter_context(inside.simulated_gpu(sm))
         stack.enter_context(inside.absent_kernel_fakes_skipped())
         standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
-        standins += setup_standins.triton_driver_probe()
+        standins += setup_standins.triton_driver_probe() + setup_standins.fa3_binary()
         standins += reworked.deep_gemm_standin(132) if rework else []
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()

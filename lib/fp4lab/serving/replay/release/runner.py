@@ -245,3 +245,16 @@ def drive(built: model.Built, sm: tuple[int, int], *, eager: bool = False, captu
     compiled = inside.Compiled(outcome, counts, backend_graphs.config_split_ops(), contexts, found, cause,
                                entry=name)  # fmt: skip
     return Run(compiled, graphs, eager, built_runner)
+
+
+def unlisted_moe(built: model.Built) -> list[int]:
+    """The decoder layers holding a ``FusedMoE`` that the release's own prefill-graph layer table
+    (``ModelRunner.moe_layers``, filled by its set-up; its MoE split op looks a layer up there)
+    lists as None; empty where it keeps no table or lists every one."""
+    table = getattr(built.host, "moe_layers", None) or []
+    stack = getattr(built.model, "language_model", built.model)
+    while not hasattr(stack, "layers") and hasattr(stack, "model"):
+        stack = stack.model
+    return [i for i, (layer, listed) in enumerate(zip(getattr(stack, "layers", []), table, strict=False))
+            if listed is None and any(any(c.__name__ == "FusedMoE" for c in type(m).__mro__)
+                                      for m in layer.modules())]  # fmt: skip

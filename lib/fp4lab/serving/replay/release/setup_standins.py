@@ -10,6 +10,7 @@ import contextlib
 import ctypes
 import glob
 import importlib
+import importlib.util
 import sys
 import sysconfig
 import types
@@ -145,6 +146,39 @@ def triton_driver_probe() -> list[dict]:
                    "is there (the simulated GPU); the driver finds no libcuda on this machine, so "
                    f"the key is {NO_DRIVER!r} and the release's torch.compile'd helpers compile "
                    "for the CPU tensors they are given")]  # fmt: skip
+
+
+FA3_BINARY = "sgl_kernel.flash_ops"
+"""sgl_kernel's FA3 library: a CUDA-only binary, which its Python wrapper (``sgl_kernel.flash_attn``)
+imports first; 0.5.6-0.5.10's vision and multimodal model modules import that wrapper."""
+
+
+def loadable(module: str, files: list[Path]) -> bool:
+    """Whether a binary module's file is there and imports here (no CUDA driver: it does not)."""
+    try:
+        return bool(files) and importlib.import_module(module) is not None
+    except ImportError:
+        return False
+
+
+def fa3_binary() -> list[dict]:
+    """An empty module for ``FA3_BINARY`` where it is absent or does not load here: the release's
+    model modules that import FA3's wrapper import as on a GPU (what the wrapper does next, such
+    as its FA4 import, is the environment's own); an FA3 kernel called finds no op (not
+    measured)."""
+    package = importlib.util.find_spec("sgl_kernel")
+    folders = package.submodule_search_locations if package else None
+    if folders and not loadable(
+        FA3_BINARY, [p for f in folders for p in Path(f).glob("flash_ops*.so")]
+    ):
+        sys.modules[FA3_BINARY] = types.ModuleType(FA3_BINARY)
+        return [kernels.record("fa3_binary", FA3_BINARY,
+                               "sgl_kernel's FA3 binary is CUDA-only; an empty module stands for "
+                               "it, so the model modules importing FA3's Python wrapper (vision "
+                               "towers of multimodal models, which the replay does not run) import "
+                               "as on a GPU; an FA3 kernel called finds no op (not measured)",
+                               [f"{FA3_BINARY}.*"])]  # fmt: skip
+    return []
 
 
 PREQUANTIZED_DUMMY = kernels.record(

@@ -66,3 +66,16 @@ def releases_own(eager: dict, stop: dict) -> str | None:
         return None
     own = [f for f in stop.get("frames") or [] if f.startswith("sglang/")]
     return f"{(own or eager.get('frames') or ['?'])[-1]}: {eager['message']}"
+
+
+def unlisted_moe(eager: dict, own: str | None) -> str | None:
+    """Why a model failed the same way compiled and uncompiled (``own``, from ``releases_own``)
+    where the release's own prefill-graph set-up left its MoE layers out of the layer table its
+    MoE split op reads (``moe_unlisted``, the layers listed as None): the release's, not the
+    compiler's nor fp4lab's; None where the table listed every MoE."""
+    layers = eager.get("moe_unlisted")
+    if not own or not layers:
+        return None
+    return (f"the release's prefill-graph set-up lists no MoE for layers {layers} in its layer "
+            f"table (ModelRunner.moe_layers), though they hold one; its MoE split op fails at "
+            f"{own}, uncompiled too: the release's, not the compiler's")  # fmt: skip

@@ -23,8 +23,9 @@ def capture_outcome(found: dict) -> tuple[str, str]:
     """The breakable cell's outcome and why: ``blocked`` (the capture raised, other than at this
     machine's edge, ``blame.MACHINE_ONLY``, or at a question to fp4lab's attention stand-in; or a
     flag a real capture refuses), ``wrong output``
-    (a replay differs from eager or left its output as captured), ``works``; ``not measured``
-    where nothing was captured or compared."""
+    (a replay differs from eager or left its output as captured), ``works``; ``not applicable``
+    where the release built no prefill graph runner (its logged reason); ``not measured`` where
+    nothing was captured or compared."""
     stop = found.get("blocked")
     if stop is not None:
         where = f"{stop['error']} [at {stop.get('release_frame') or stop['frames'][-1]}]"
@@ -57,6 +58,8 @@ def capture_outcome(found: dict) -> tuple[str, str]:
         first = found["flags"][0]
         return "blocked", (f"{first['what']} inside captured segment {first['segment']} of "
                            f"bucket {first['bucket']} at {first['frame']}")  # fmt: skip
+    if found.get("declined"):
+        return "not applicable", f"the release builds no prefill graph runner: {found['declined']}"
     replays = found.get("replays") or []
     if not replays:
         return "not measured", "no bucket was captured and replayed"
@@ -101,6 +104,8 @@ def outcome(replay: dict, graph: str = "breakable") -> tuple[str, str]:
         said = f"{replay['build_error']} [at {(replay.get('build_frames') or ['?'])[-1]}"
         launched = replay.get("build_release_frame")
         said += f", from {launched}]" if launched and launched not in said else "]"
+        if replay.get("model_absent"):
+            return "not applicable", replay["model_absent"]
         if replay.get("refused_by_release"):
             return "not applicable", f"the release refuses the model here: {said}"
         if replay.get("call_refused"):
