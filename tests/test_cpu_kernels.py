@@ -18,6 +18,7 @@ from fp4lab.serving.replay.release import (
     cpu_moe_kernels,
     cpu_quant_kernels,
     kernels,
+    triton_ops,
 )
 
 
@@ -209,3 +210,23 @@ def test_a_stand_in_installed_twice_stays_bound_to_the_releases_own_signature(mo
     ):
         module.upcast_from_mxfp(codes, scales, dtype=torch.bfloat16, axis=-1)
     assert done["name"] == "upcast_from_mxfp_load_time"
+
+
+def test_minimaxs_qk_norm_in_two_passes_is_rmsnorm_of_q_and_k_and_an_opaque_op_when_traced():
+    """The sum-of-squares pass, then the apply pass, give torch's RMSNorm of each of q and k (one
+    rank); traced, each is one ``fp4lab_triton`` node, as dynamo takes a Triton launch."""
+    g = torch.Generator().manual_seed(0)
+    q, k = torch.randn(3, 64, generator=g).bfloat16(), torch.randn(3, 32, generator=g).bfloat16()
+    wq, wk = torch.rand(64, generator=g).bfloat16(), torch.rand(32, generator=g).bfloat16()
+    sums = triton_ops.rms_sumsq(q, k)
+    assert sums.shape == (8,) and sums.dtype == torch.float32, "2 x 3 rows, padded to 4"
+    got = triton_ops.rms_apply(q, k, wq, wk, sums, 1, 1e-6)
+    for x, w, out in ((q, wq, got[0]), (k, wk, got[1])):
+        want = torch.nn.functional.rms_norm(x.float(), (x.shape[1],), w.float(), 1e-6)
+        torch.testing.assert_close(out.float(), want, atol=2e-2, rtol=2e-2)
+    gm = torch.fx.experimental.proxy_tensor.make_fx(
+        lambda a, b: triton_ops.rms_apply_launch(a, b, wq, wk, triton_ops.rms_sumsq_launch(a, b))
+    )(q, k)
+    called = [n.target for n in gm.graph.nodes if n.op == "call_function"]
+    assert [str(t) for t in called if "fp4lab_triton" in str(t)] == [
+        "fp4lab_triton.rms_sumsq_serial.default", "fp4lab_triton.rms_apply_serial.default"]  # fmt: skip

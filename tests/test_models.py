@@ -29,13 +29,13 @@ def _check(*args: str, timeout: float = 900) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
-def test_the_built_in_set_has_ten_models_of_eight_architectures_in_three_formats_with_sources():
+def test_the_built_in_set_has_eleven_models_of_nine_architectures_in_three_formats_with_sources():
     names = models.built_in()
     found = {models.named(n).architecture for n in names}
-    assert len(names) >= 10
+    assert len(names) >= 11
     assert {"GlmMoeDsaForCausalLM", "DeepseekV3ForCausalLM", "Qwen3MoeForCausalLM",
             "LlamaForCausalLM", "GptOssForCausalLM", "Qwen3ForCausalLM", "Glm4MoeForCausalLM",
-            "Llama4ForConditionalGeneration"} <= found  # fmt: skip
+            "Llama4ForConditionalGeneration", "MiniMaxM2ForCausalLM"} <= found  # fmt: skip
     assert {models.named(n).method for n in names} == set(models.FORMATS)
     for name in names:
         model = models.named(name)
@@ -67,6 +67,10 @@ def test_the_shrink_keeps_each_architectures_features():
     llama, _, _ = models.named("llama-3.3-70b-nvfp4").tiny()
     assert qwen["num_key_value_heads"] == llama["num_key_value_heads"] == 2, "GQA kept"
     assert glm["num_key_value_heads"] == glm["num_attention_heads"] == 4, "MHA kept"
+    minimax, _, _ = models.named("minimax-m2.5-nvfp4").tiny()
+    assert (minimax["head_dim"], minimax["rotary_dim"]) == (64, 32), "a partial rotary kept"
+    assert minimax["num_mtp_modules"] == 0, "MTP layers left out"
+    assert "rotary_dim" not in llama, "no partial rotary where the config has none"
 
 
 @pytest.mark.parametrize(

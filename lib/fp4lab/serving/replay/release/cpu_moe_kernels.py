@@ -80,6 +80,19 @@ def topk_softmax(weights, ids, gating, renormalize, softcapping=0.0, bias=None) 
     ids.copy_(chosen)
 
 
+def topk_sigmoid(weights, ids, gating, renormalize=False, bias=None) -> None:
+    """sgl_kernel's sigmoid top-k by its docstring: sigmoid of the gating logits, the top-k
+    experts chosen on the scores plus the correction bias, their scores as weights,
+    renormalized if asked."""
+    scores = gating.float().sigmoid()
+    chosen = (scores if bias is None else scores + bias.float()).topk(weights.shape[-1], -1)[1]
+    picked = scores.gather(-1, chosen)
+    if renormalize:
+        picked = picked / picked.sum(-1, keepdim=True)
+    weights.copy_(picked)
+    ids.copy_(chosen)
+
+
 def fused_topk_deepseek(scores, bias, n_group, topk_group, topk, scaling, values, indices,
                         launch_with_pdl=True) -> None:  # fmt: skip
     """FlashInfer's DeepSeek-V3 routing by its definition (its docstring's five steps): sigmoid

@@ -7,8 +7,6 @@ stand-in is one row here (docs/architecture.md says which table is for which kin
 
 from __future__ import annotations
 
-from collections.abc import Callable
-
 import torch
 
 from fp4lab.serving.replay.release import (
@@ -16,8 +14,8 @@ from fp4lab.serving.replay.release import (
     cpu_kernels,
     cpu_moe_kernels,
     cpu_quant_kernels,
+    triton_ops,
 )
-from fp4lab.serving.replay.release.reached import counted
 
 SGL_KERNEL_OPS = {
     "rmsnorm": ("rmsnorm(Tensor(a!) output, Tensor input, Tensor weight, float eps, "
@@ -39,6 +37,9 @@ SGL_KERNEL_OPS = {
     "topk_softmax": ("topk_softmax(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor "
                      "gating_output, bool renormalize, float moe_softcapping=0.0, Tensor? "
                      "correction_bias=None) -> ()", cpu_moe_kernels.topk_softmax, None),
+    "topk_sigmoid": ("topk_sigmoid(Tensor(a!) topk_weights, Tensor(b!) topk_ids, Tensor "
+                     "gating_output, bool renormalize=False, Tensor? correction_bias=None) -> ()",
+                     cpu_moe_kernels.topk_sigmoid, None),
     "fast_hadamard_transform": ("fast_hadamard_transform(Tensor x, float scale) -> Tensor",
                                 cpu_kernels.hadamard, lambda x, scale: torch.empty_like(x)),
 }  # fmt: skip
@@ -119,33 +120,6 @@ ATEN_CPU_KERNELS = {
     ),
 }
 """torch ops with no CPU kernel in torch's CPU build that a release's forward calls."""
-
-
-TRITON_LAUNCHES = {
-    "act_quant": ("act_quant(Tensor x, int block_size=128, str? scale_fmt=None) -> (Tensor, Tensor)",
-                  cpu_kernels.act_quant, cpu_kernels.act_quant_fake),
-}  # fmt: skip
-"""Python functions of SGLang whose body is one Triton kernel launch: schema, CPU kernel, fake.
-On a GPU dynamo takes such a launch as one node (its Triton wrapper); on a CPU build it cannot,
-and would trace into Triton's launcher. Each is stood in for by an op of ``fp4lab_triton``:
-one opaque node while traced, the CPU kernel when run."""
-
-
-def triton_launch(name: str) -> Callable:
-    """The stand-in for the Triton-launching function ``name`` (defined on first use)."""
-    if "fp4lab_triton" not in LIBRARIES:
-        LIBRARIES["fp4lab_triton"] = torch.library.Library("fp4lab_triton", "FRAGMENT")
-    library = LIBRARIES["fp4lab_triton"]
-    if not hasattr(torch.ops.fp4lab_triton, name):
-        schema, kernel, fake = TRITON_LAUNCHES[name]
-        library.define(schema)
-        library.impl(name, counted(f"fp4lab_triton::{name}", kernel), "CPU")
-        library._register_fake(name, fake)
-    return getattr(torch.ops.fp4lab_triton, name)
-
-
-def act_quant_launch(x, block_size=128, scale_fmt=None):
-    return triton_launch("act_quant")(x, block_size, scale_fmt)
 
 
 LOAD_TIME = (
@@ -249,19 +223,19 @@ CHUNKED_PREFIX = cpu_graph_kernels.Launch(cpu_graph_kernels.chunked_prefix_kv_in
 KV_INDICES = cpu_graph_kernels.Launch(cpu_graph_kernels.flashinfer_kv_indices)
 """A request's KV slots gathered, as a Triton launch (``kernel[grid](*args)``)."""
 REPLACED = (
-    ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", act_quant_launch,
+    ("sglang.srt.layers.attention.nsa.triton_kernel", "act_quant", triton_ops.act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.3-0.5.12), traced and run: one opaque op "
      "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
      "SGLang's Python wrapper around the launch is not traced here"),
-    ("sglang.srt.layers.attention.dsa.triton_kernel", "act_quant", act_quant_launch,
+    ("sglang.srt.layers.attention.dsa.triton_kernel", "act_quant", triton_ops.act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.13 on), traced and run: one opaque op "
      "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
      "SGLang's Python wrapper around the launch is not traced here"),
-    ("sglang.kernels.ops.attention.dsa.triton_kernel", "act_quant", act_quant_launch,
+    ("sglang.kernels.ops.attention.dsa.triton_kernel", "act_quant", triton_ops.act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.2x home), traced and run: one opaque op "
      "(fp4lab_triton::act_quant) as dynamo takes a Triton launch on a GPU; torch amax/scale; "
      "SGLang's Python wrapper around the launch is not traced here"),
-    ("sglang.kernels.ops.quantization.act_quant_triton", "act_quant", act_quant_launch,
+    ("sglang.kernels.ops.quantization.act_quant_triton", "act_quant", triton_ops.act_quant_launch,
      "the DSA indexer's Triton FP8 block quantize (0.5.23 home, imported where it is called): one "
      "opaque op (fp4lab_triton::act_quant); torch amax/scale"),
     ("sglang.kernels.ops.moe.moe_fused_gate", "moe_fused_gate", cpu_moe_kernels.triton_router,
@@ -287,6 +261,12 @@ REPLACED = (
        "API raises on a CPU build): the default stream's handle, 0, a constant as dynamo takes "
        "a stream's cuda_stream on a GPU")
       for module in ("sgl_kernel.elementwise", "sgl_kernel.gemm", "sgl_kernel.speculative")),
+    ("sglang.srt.models.minimax_m2", "rms_sumsq_serial", triton_ops.rms_sumsq_launch,
+     "MiniMax-M2's Triton QK-norm sum of squares, traced and run: one opaque op "
+     "(fp4lab_triton::rms_sumsq_serial) as dynamo takes a Triton launch on a GPU; torch sums"),
+    ("sglang.srt.models.minimax_m2", "rms_apply_serial", triton_ops.rms_apply_launch,
+     "MiniMax-M2's Triton QK-norm apply, traced and run: one opaque op "
+     "(fp4lab_triton::rms_apply_serial); torch rsqrt and scale"),
     ("sglang.srt.layers.quantization.marlin_utils", "marlin_make_workspace", cpu_moe_kernels.marlin_workspace,
      "Marlin's workspace sized from the GPU's SM count (asks torch.cuda for it): a CPU tensor"),
     ("sglang.srt.layers.moe.fused_moe_triton.fused_marlin_moe", "fused_marlin_moe",

@@ -41,6 +41,10 @@ TINY = {
 """Every width made small (only fields the config has). ``index_topk`` stays above the replay's
 16 tokens, so DSA's sparse attention selects every earlier token."""
 
+MTP_FIELDS = ("num_nextn_predict_layers", "num_mtp_modules")
+"""Where a config counts its multi-token-prediction layers (DeepSeek's and GLM's; MiniMax's):
+each set to none, the draft layers are not the prefill graph's."""
+
 MODEL_TYPES = {"glm_moe_dsa": "deepseek_v3", "kimi_k2": "deepseek_v3"}
 """Model types the releases' pinned transformers lacks, and the config class whose fields are
 theirs (GLM-5's are DeepSeek-V3's plus the DSA indexer's; Kimi-K2 ships DeepSeek-V3's config
@@ -240,8 +244,11 @@ def _shrunk(config: dict) -> dict:
             tiny[key] = value[:kept]
     if isinstance(config.get("mlp_only_layers"), list):
         tiny["mlp_only_layers"] = [i for i in config["mlp_only_layers"] if i < kept]
-    if config.get("num_nextn_predict_layers"):
-        tiny["num_nextn_predict_layers"] = 0
+    for counted in MTP_FIELDS:
+        if config.get(counted):
+            tiny[counted] = 0
+    if config.get("rotary_dim") and config.get("head_dim"):  # a partial rotary keeps its share
+        tiny["rotary_dim"] = max(2, config["rotary_dim"] * tiny["head_dim"] // config["head_dim"])
     return tiny
 
 
