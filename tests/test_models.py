@@ -147,6 +147,32 @@ def test_a_stop_where_eager_also_fails_at_a_missing_kernel_is_not_blamed_on_the_
     assert cuda["harness_frame"].startswith("sgl_kernel/utils.py:23:get_cuda_stream: Torch not")
 
 
+def test_a_failure_both_ways_is_the_releases_only_where_it_refuses_in_its_own_words():
+    """A compiled run and the eager pass failing the same way clear the compiler. The cell is the
+    release's ("blocked") where its quantization code raised NotImplementedError (MiniMax-M2.5
+    on 0.5.16 SM10.0: the NVFP4 MoE refusing the TRT-LLM backend the release resolved), and
+    stays "not measured" where the same failure is an AttributeError, which fp4lab's set-up may
+    have caused."""
+    said = ("Unsupported moe_runner_backend for NVFP4 MoE: MoeRunnerBackend.FLASHINFER_TRTLLM. "
+            "Use --moe-runner-backend flashinfer_cutlass instead.")  # fmt: skip
+    stop = {"status": "runtime_error", "signature": "runtime_error", "message": said,
+            "blocker_frame": "torch/_ops.py:1279:__call__",
+            "frames": ["sglang/srt/models/minimax_m2.py:600:forward",
+                       "sglang/srt/layers/quantization/modelopt_quant.py:2621:apply",
+                       "torch/_ops.py:1279:__call__"]}  # fmt: skip
+    replay = {"resolution": ENABLED, "fix": {"steps": [stop], "parts": [], "compiles": False}}
+    eager = {"status": "runtime_error", "exception": "builtins.NotImplementedError",
+             "message": said, "frames": ["torch/_ops.py:1279:__call__"], "moe_unlisted": []}  # fmt: skip
+    refused = decide.cell("0.5.16", "10.0", {**replay, "eager_release": eager})
+    assert refused["outcome"] == "blocked", refused["note"]
+    assert refused["blocked_at"] == "sglang/srt/layers/quantization/modelopt_quant.py:2621:apply"
+    assert "refuses the path it resolved" in refused["note"], refused["note"]
+    other = {**eager, "exception": "builtins.AttributeError"}
+    open_question = decide.cell("0.5.16", "10.0", {**replay, "eager_release": other})
+    assert open_question["outcome"] == "not measured", open_question["note"]
+    assert "not decided here" in open_question["note"]
+
+
 @pytest.mark.environments
 def test_qwen3_moe_nvfp4_is_replayed_through_a_real_releases_runner(tmp_path):
     """FlashInfer issue #2999's model, from its config alone, on SGLang 0.5.9 for SM12.0: the

@@ -181,7 +181,7 @@ def _cell(version: str, sm: str, replay: dict, calls: list[dict] | None) -> dict
         said = "this machine has no CUDA driver for Triton" if blame.machine_only(last) else (
             "the traced model failed when run")  # fmt: skip
         own = blame.releases_own(eager, last) if not missing else None
-        if unlisted := blame.unlisted_moe(eager, own):
+        if unlisted := blame.unlisted_moe(eager, own) or blame.refused_both_ways(eager, own):
             frame = own.split(": ")[0]
             return {**row, "outcome": "blocked", "blocked_at": frame, "blockers": [frame],
                     "note": unlisted}  # fmt: skip

@@ -79,3 +79,20 @@ def unlisted_moe(eager: dict, own: str | None) -> str | None:
     return (f"the release's prefill-graph set-up lists no MoE for layers {layers} in its layer "
             f"table (ModelRunner.moe_layers), though they hold one; its MoE split op fails at "
             f"{own}, uncompiled too: the release's, not the compiler's")  # fmt: skip
+
+
+REFUSING_CODE = "sglang/srt/layers/quantization/"
+"""Where the release says in its own words that it does not support the path it resolved for a
+model (a ``NotImplementedError`` in its quantization methods)."""
+
+
+def refused_both_ways(eager: dict, own: str | None) -> str | None:
+    """Why a model failed the same way compiled and uncompiled (``own``) where the release raised
+    ``NotImplementedError`` in its quantization code (``REFUSING_CODE``): the release refusing
+    the kernel path it resolved itself, not the compiler nor fp4lab; else None."""
+    if not own or eager.get("exception") != "builtins.NotImplementedError":
+        return None
+    if not own.startswith(REFUSING_CODE):
+        return None
+    return (f"the release refuses the path it resolved for this model, in its own words, at "
+            f"{own}, uncompiled too: the release's, not the compiler's")  # fmt: skip
