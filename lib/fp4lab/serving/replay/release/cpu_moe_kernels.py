@@ -64,6 +64,17 @@ def triton_router(scores, bias, topk, scoring_func="sigmoid", num_fused_shared_e
                                                apply_routed_scaling_factor_on_output)  # fmt: skip
 
 
+def _top_k(weights, ids, scores, renormalize, bias) -> None:
+    """sgl_kernel's top-k on ``scores``: the experts chosen on the scores plus the correction
+    bias, their scores written as weights (renormalized if asked), their ids as ids."""
+    chosen = (scores if bias is None else scores + bias.float()).topk(weights.shape[-1], -1)[1]
+    picked = scores.gather(-1, chosen)
+    if renormalize:
+        picked = picked / picked.sum(-1, keepdim=True)
+    weights.copy_(picked)
+    ids.copy_(chosen)
+
+
 def topk_softmax(weights, ids, gating, renormalize, softcapping=0.0, bias=None) -> None:
     """sgl_kernel's softmax top-k by its definition (its docstring): softmax of the (softcapped)
     gating logits, the top-k experts chosen on the scores plus the correction bias, their
@@ -71,26 +82,14 @@ def topk_softmax(weights, ids, gating, renormalize, softcapping=0.0, bias=None) 
     logits = gating.float()
     if softcapping:
         logits = softcapping * torch.tanh(logits / softcapping)
-    scores = logits.softmax(-1)
-    chosen = (scores if bias is None else scores + bias.float()).topk(weights.shape[-1], -1)[1]
-    picked = scores.gather(-1, chosen)
-    if renormalize:
-        picked = picked / picked.sum(-1, keepdim=True)
-    weights.copy_(picked)
-    ids.copy_(chosen)
+    _top_k(weights, ids, logits.softmax(-1), renormalize, bias)
 
 
 def topk_sigmoid(weights, ids, gating, renormalize=False, bias=None) -> None:
     """sgl_kernel's sigmoid top-k by its docstring: sigmoid of the gating logits, the top-k
     experts chosen on the scores plus the correction bias, their scores as weights,
     renormalized if asked."""
-    scores = gating.float().sigmoid()
-    chosen = (scores if bias is None else scores + bias.float()).topk(weights.shape[-1], -1)[1]
-    picked = scores.gather(-1, chosen)
-    if renormalize:
-        picked = picked / picked.sum(-1, keepdim=True)
-    weights.copy_(picked)
-    ids.copy_(chosen)
+    _top_k(weights, ids, gating.float().sigmoid(), renormalize, bias)
 
 
 def fused_topk_deepseek(scores, bias, n_group, topk_group, topk, scaling, values, indices,

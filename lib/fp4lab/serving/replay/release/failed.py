@@ -16,9 +16,9 @@ from pathlib import Path
 from fp4lab.compile import frames
 from fp4lab.core import paths
 from fp4lab.serving.replay.release import cpu_moe_kernels, facts, layout, model, quantize
+from fp4lab.serving.replay.shared import blame
 
-REFUSING_FILES = ("sglang/srt/layers/quantization/", "sglang/srt/model_loader/",
-                  "sglang/srt/server_args.py")  # fmt: skip
+REFUSING_FILES = (blame.REFUSING_CODE, "sglang/srt/model_loader/", "sglang/srt/server_args.py")
 """Where the release's own refusal of a model on an SM is raised: a ``ValueError`` there, a
 ``NotImplementedError`` (a quantization format the release has no scheme for) or an
 ``AssertionError`` (its arguments' checks, e.g. the attention backends a model takes)."""

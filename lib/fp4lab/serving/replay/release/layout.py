@@ -81,26 +81,28 @@ def family(root: Path) -> str:
     raise LayoutError(f"the installed SGLang's layout is none the replay knows: {said}")
 
 
+def _defined_in(root: Path, names: tuple[str, ...]) -> dict[str, Path]:
+    """Each of ``names`` that a ``class NAME`` statement in the release's model files defines,
+    with the first such file."""
+    pattern = re.compile(rf"^class ({'|'.join(map(re.escape, names))})\b", re.MULTILINE)
+    found: dict[str, Path] = {}
+    for path in sorted(root.glob(MODEL_FILES)):
+        for name in pattern.findall(path.read_text(errors="replace")):
+            found.setdefault(name, path)
+    return found
+
+
 def classes_in_source(root: Path, names: tuple[str, ...]) -> tuple[str, ...]:
     """Which of ``names`` a ``class NAME`` statement in the release's model files defines."""
-    pattern = re.compile(rf"^class ({'|'.join(map(re.escape, names))})\b", re.MULTILINE)
-    found: set[str] = set()
-    for path in root.glob(MODEL_FILES):
-        found.update(pattern.findall(path.read_text(errors="replace")))
+    found = _defined_in(root, names)
     return tuple(n for n in names if n in found)
 
 
 def module_defining(name: str) -> str | None:
     """The release's model module whose source has a ``class NAME`` statement (dotted)."""
     root = package_root()
-    pattern = re.compile(rf"^class {re.escape(name)}\b", re.MULTILINE)
-    found = next((p for p in sorted(root.glob(MODEL_FILES))
-                  if pattern.search(p.read_text(errors="replace"))), None)  # fmt: skip
-    return (
-        f"sglang.{found.relative_to(root).with_suffix('').as_posix().replace('/', '.')}"
-        if found
-        else None
-    )
+    found = _defined_in(root, (name,)).get(name)
+    return "sglang." + ".".join(found.relative_to(root).with_suffix("").parts) if found else None
 
 
 @cache
