@@ -18,6 +18,7 @@ from fp4lab.serving.replay.release import (
     cpu_moe_kernels,
     cpu_quant_kernels,
     kernels,
+    setup_standins,
     triton_ops,
 )
 
@@ -230,3 +231,64 @@ def test_minimaxs_qk_norm_in_two_passes_is_rmsnorm_of_q_and_k_and_an_opaque_op_w
     called = [n.target for n in gm.graph.nodes if n.op == "call_function"]
     assert [str(t) for t in called if "fp4lab_triton" in str(t)] == [
         "fp4lab_triton.rms_sumsq_serial.default", "fp4lab_triton.rms_apply_serial.default"]  # fmt: skip
+
+
+def test_the_moe_finalize_sums_each_tokens_weighted_fc2_rows_and_the_shared_output():
+    """Each token's slots read their permuted FC2 row (a dropped slot, -1, reads none), weighted
+    and summed, plus the shared output; the TRT-LLM stand-in's deferred outputs finalize to the
+    shared output alone (its routed experts contribute zero either way)."""
+    g = torch.Generator().manual_seed(0)
+    rows, top_k, width = 3, 2, 8
+    gemm2 = torch.randn(rows * top_k, width + 4, generator=g).bfloat16()
+    slots = torch.tensor([5, 0, 2, -1, 1, 4], dtype=torch.int32)
+    weights = torch.rand(rows, top_k, generator=g).bfloat16()
+    shared = torch.randn(rows, width, generator=g).bfloat16()
+    got = cpu_moe_kernels.moe_finalize(gemm2, slots, weights, shared, top_k)
+    want = shared.float().clone()
+    for token in range(rows):
+        for k in range(top_k):
+            slot = int(slots[token * top_k + k])
+            if slot >= 0:
+                want[token] += weights[token, k].float() * gemm2[slot, :width].float()
+    torch.testing.assert_close(got.float(), want, atol=2e-2, rtol=2e-2)
+    assert not torch.equal(got, shared), "the routed rows count"
+    hidden = torch.zeros(rows, width // 2, dtype=torch.uint8)
+    deferred = cpu_moe_kernels.trtllm_fp4_moe_zero(hidden_states=hidden, top_k=top_k,
+                                                   do_finalize=False)  # fmt: skip
+    assert [t.dtype for t in deferred] == [torch.bfloat16, torch.bfloat16, torch.int32]
+    assert torch.equal(cpu_moe_kernels.moe_finalize(deferred[0], deferred[2],
+                                                    deferred[1], shared, top_k), shared)  # fmt: skip
+
+
+def test_flashinfers_cubin_downloads_fail_at_once_and_say_so(monkeypatch, caplog, tmp_path):
+    """On a machine that reaches no NVIDIA server FlashInfer's download returns False after 35 s
+    of retries; stood in, it returns False at once, naming what it did not fetch."""
+    import importlib
+
+    held = [importlib.import_module(n) for n in setup_standins.CUBIN_FETCHERS]
+    for module in held:
+        monkeypatch.setattr(module, "download_file", module.download_file)
+    [record] = setup_standins.cubin_downloads_refused()
+    assert record["boundary"] == ", ".join(
+        f"{n}.download_file" for n in setup_standins.CUBIN_FETCHERS
+    )
+    with caplog.at_level("WARNING", logger="fp4lab.cubins"):
+        assert (
+            held[0].download_file("https://example.invalid/checksums.txt", tmp_path / "c") is False
+        )
+    assert "https://example.invalid/checksums.txt" in caplog.text
+    assert not (tmp_path / "c").exists()
+
+
+def test_the_packed_top_k_is_each_id_above_its_weights_bfloat16_bits_and_one_op_when_traced():
+    ids = torch.tensor([[3, 0], [7, 2]], dtype=torch.int32)
+    weights = torch.tensor([[0.75, 0.25], [1.0, -0.5]])
+    out = torch.empty_like(ids)
+    triton_ops.pack_topk_ids_launch((1,), ids, weights, out, ids.numel(), BLOCK_SIZE=1024)
+    assert torch.equal(out >> 16, ids)
+    assert torch.equal((out & 0xFFFF).to(torch.int16).view(torch.bfloat16), weights.bfloat16())
+    gm = torch.fx.experimental.proxy_tensor.make_fx(
+        lambda i, w, o: triton_ops.pack_topk_ids_launch((1,), i, w, o, i.numel())
+    )(ids, weights, out)
+    called = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
+    assert called == ["fp4lab_triton.pack_topk_ids.default"]

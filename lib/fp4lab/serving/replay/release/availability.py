@@ -82,6 +82,11 @@ class _Built(Exception):
         self.spec = spec
 
 
+FETCHERS = ("get_artifact", "get_cubin")
+"""FlashInfer's functions that fetch a cubin artifact from NVIDIA's servers (the newer name and
+the older one); on this machine each would retry for 35 s before it fails."""
+
+
 class _Fetch(Exception):
     """FlashInfer's getter asked for a cubin artifact (fetched from NVIDIA's servers)."""
 
@@ -99,7 +104,7 @@ def _stopped_at_build() -> Iterator[set]:
 
     held = [(m, name, getattr(m, name)) for m in list(sys.modules.values())
             if getattr(m, "__name__", "").startswith("flashinfer")
-            for name in ("current_compilation_context", "get_artifact") if hasattr(m, name)]  # fmt: skip
+            for name in ("current_compilation_context", *FETCHERS) if hasattr(m, name)]  # fmt: skip
     for m, name, _ in held:
         setattr(m, name, made if name == "current_compilation_context" else fetch)
     classes, todo = [], [core.JitSpec]

@@ -145,14 +145,36 @@ def cutlass_moe_fp4(a, a1_gscale, w1_fp4, w1_blockscale, w1_alphas, a2_gscale, w
 
 def trtllm_fp4_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):
     """No CPU reference for the TRT-LLM FP4 MoE's shuffled, row-reordered weight layout: the
-    routed experts contribute zero (the same in the compiled and the eager pass)."""
-    if kwargs.get("do_finalize") is False:  # the release finalizes from three outputs then
-        raise NotImplementedError("fp4lab's TRT-LLM FP4 MoE stand-in has no deferred-finalize "
-                                  "outputs (do_finalize=False)")  # fmt: skip
+    routed experts contribute zero (the same in the compiled and the eager pass). With
+    ``do_finalize=False`` the release finalizes itself (``moe_finalize``) from FlashInfer's three
+    outputs: a zero FC2 output per (token, expert) slot, zero expert weights, and each slot at
+    its own row."""
     hidden = kwargs.get("hidden_states", args[2] if len(args) > 2 else None)
+    rows, width = hidden.shape[0], hidden.shape[-1] * 2  # two FP4 codes per byte
+    if kwargs.get("do_finalize") is False:
+        top_k = kwargs["top_k"]
+        return [torch.zeros(rows * top_k, width, dtype=torch.bfloat16),
+                torch.zeros(rows, top_k, dtype=torch.bfloat16),
+                torch.arange(rows * top_k, dtype=torch.int32)]  # fmt: skip
     if output is None:
-        output = torch.empty(hidden.shape[0], hidden.shape[-1] * 2, dtype=torch.bfloat16)
+        output = torch.empty(rows, width, dtype=torch.bfloat16)
     return [output.zero_()]
+
+
+def moe_finalize(gemm2_out: torch.Tensor, expanded_idx_to_permuted_idx: torch.Tensor,
+                 expert_weights: torch.Tensor, shared_output: torch.Tensor | None, top_k: int,
+                 enable_pdl: bool = False) -> torch.Tensor:  # fmt: skip
+    """SGLang's JIT MoE finalize fused with the shared experts' add, by its definition: each
+    token's FC2 rows (a slot's permuted row; -1: dropped) weighted by its expert weights and
+    summed, plus the shared experts' output."""
+    rows = expert_weights.shape[0]
+    width = gemm2_out.shape[1] if shared_output is None else shared_output.shape[1]
+    slots = expanded_idx_to_permuted_idx.reshape(rows, top_k).long()
+    picked = gemm2_out[slots.clamp(min=0), :width].float() * (slots >= 0)[..., None]
+    out = (picked * expert_weights.float()[..., None]).sum(1)
+    if shared_output is not None:
+        out = out + shared_output.float()
+    return out.to(torch.bfloat16)
 
 
 def cutlass_fused_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):

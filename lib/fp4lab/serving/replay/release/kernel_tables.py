@@ -178,6 +178,13 @@ EAGER_ONLY = (
      TRTLLM_WHY + "; as the MXFP4 MoE binds it (SM100)"),
     ("flashinfer", "trtllm_fp4_block_scale_moe", cpu_moe_kernels.trtllm_fp4_moe_zero,
      TRTLLM_WHY + "; imported where it is called (the TRT-LLM MoE runner, 0.5.20 on)"),
+    *((module, "trtllm_fp4_block_scale_routed_moe", cpu_moe_kernels.trtllm_fp4_moe_zero,
+       TRTLLM_WHY + "; its routed form, from top-k ids packed by SGLang (sigmoid routing)")
+      for module in ("flashinfer", "flashinfer.fused_moe")),
+    ("sglang.kernels.ops.moe.moe_finalize_fuse_shared", "moe_finalize_fuse_shared",
+     cpu_moe_kernels.moe_finalize, "SGLang's JIT MoE finalize fused with the shared experts' add "
+     "(after the TRT-LLM FP4 MoE with do_finalize=False, 0.5.17 on): the weighted sum of each "
+     "token's FC2 rows plus the shared output, by its definition"),
     *((module, "nvfp4_gemm_swiglu_nvfp4_quant", cpu_kernels.nvfp4_gemm_swiglu_quant,
        "SGLang's SM100 CuTe-DSL FC1 NVFP4 GEMM + SwiGLU + NVFP4 quantize (the shared/dense MLP, "
        "0.5.17 on): the GEMM on fp4lab's dequantize-matmul, SwiGLU and reference quantize")
@@ -261,6 +268,11 @@ REPLACED = (
        "API raises on a CPU build): the default stream's handle, 0, a constant as dynamo takes "
        "a stream's cuda_stream on a GPU")
       for module in ("sgl_kernel.elementwise", "sgl_kernel.gemm", "sgl_kernel.speculative")),
+    ("sglang.kernels.ops.moe.pack_topk_ids", "_pack_topk_ids_triton_kernel",
+     cpu_graph_kernels.Launch(triton_ops.pack_topk_ids_launch),
+     "SGLang's Triton packing of top-k ids and weights for FlashInfer's routed TRT-LLM MoE "
+     "(0.5.18 on), launched as kernel[grid]: one opaque op (fp4lab_triton::pack_topk_ids) "
+     "writing the packed int32s, by the kernel's definition"),
     ("sglang.srt.models.minimax_m2", "rms_sumsq_serial", triton_ops.rms_sumsq_launch,
      "MiniMax-M2's Triton QK-norm sum of squares, traced and run: one opaque op "
      "(fp4lab_triton::rms_sumsq_serial) as dynamo takes a Triton launch on a GPU; torch sums"),

@@ -11,6 +11,7 @@ import ctypes
 import glob
 import importlib
 import importlib.util
+import logging
 import sys
 import sysconfig
 import types
@@ -146,6 +147,35 @@ def triton_driver_probe() -> list[dict]:
                    "is there (the simulated GPU); the driver finds no libcuda on this machine, so "
                    f"the key is {NO_DRIVER!r} and the release's torch.compile'd helpers compile "
                    "for the CPU tensors they are given")]  # fmt: skip
+
+
+CUBIN_FETCHERS = ("flashinfer.jit.cubin_loader", "flashinfer.artifacts")
+"""The FlashInfer modules that hold ``download_file``, which fetches a kernel's cubins from
+NVIDIA's servers (retrying three times over 35 s before it gives up)."""
+
+
+def cubin_downloads_refused() -> list[dict]:
+    """FlashInfer's cubin downloads fail at once, as they fail here after their retries (this
+    machine reaches no NVIDIA server): the caller sees the same ``False`` 35 s sooner."""
+    logger = logging.getLogger("fp4lab.cubins")
+
+    def refused(source: str, destination: str, *args: Any, **kwargs: Any) -> bool:
+        logger.warning("no cubin is fetched on this machine: %s", source)
+        return False
+
+    held = []
+    for name in CUBIN_FETCHERS:
+        try:
+            module = importlib.import_module(name)
+        except ImportError:
+            continue
+        if hasattr(module, "download_file"):
+            module.download_file = refused
+            held.append(f"{name}.download_file")
+    return [kernels.record("cubin_downloads_refused", ", ".join(held),
+                           "FlashInfer's cubin downloads fail at once, as they fail on this "
+                           "machine after 35 s of retries (no NVIDIA server is reachable): the "
+                           "kernel whose cubins they fetch is as absent either way")] if held else []  # fmt: skip
 
 
 FA3_BINARY = "sgl_kernel.flash_ops"

@@ -45,6 +45,13 @@ def rms_apply_fake(x1, x2, w1, w2, sum_sq, tp_world: int = 1, eps: float = 1e-5)
     return torch.empty_like(x1), torch.empty_like(x2)
 
 
+def pack_topk_ids(topk_ids: torch.Tensor, topk_weights: torch.Tensor, out: torch.Tensor) -> None:
+    """SGLang's Triton packing of the routed MoE's top-k (``PackTopkIds``): each expert id in the
+    high 16 bits, its weight's bfloat16 bits in the low 16, one int32 per entry."""
+    bits = topk_weights.to(torch.bfloat16).view(torch.int16).to(torch.int32) & 0xFFFF
+    out.copy_((topk_ids.to(torch.int32) << 16) | bits)
+
+
 LAUNCHES = {
     "act_quant": ("act_quant(Tensor x, int block_size=128, str? scale_fmt=None) -> (Tensor, Tensor)",
                   cpu_kernels.act_quant, cpu_kernels.act_quant_fake),
@@ -53,6 +60,8 @@ LAUNCHES = {
     "rms_apply_serial": ("rms_apply_serial(Tensor x1, Tensor x2, Tensor w1, Tensor w2, Tensor "
                          "sum_sq, int tp_world=1, float eps=1e-05) -> (Tensor, Tensor)",
                          rms_apply, rms_apply_fake),
+    "pack_topk_ids": ("pack_topk_ids(Tensor topk_ids, Tensor topk_weights, Tensor(a!) out) -> ()",
+                      pack_topk_ids, lambda topk_ids, topk_weights, out: None),
 }  # fmt: skip
 """Each launching function stood in for: the op's schema, CPU kernel, fake."""
 
@@ -81,3 +90,8 @@ def rms_sumsq_launch(x1, x2):
 
 def rms_apply_launch(x1, x2, w1, w2, sum_sq, tp_world=1, eps=1e-5):
     return op("rms_apply_serial")(x1, x2, w1, w2, sum_sq, tp_world, eps)
+
+
+def pack_topk_ids_launch(grid, topk_ids, topk_weights, out, numel, **constants) -> None:
+    """``_pack_topk_ids_triton_kernel[grid](...)`` as one op writing ``out``."""
+    op("pack_topk_ids")(topk_ids, topk_weights, out)
