@@ -292,3 +292,14 @@ def test_the_packed_top_k_is_each_id_above_its_weights_bfloat16_bits_and_one_op_
     )(ids, weights, out)
     called = [str(n.target) for n in gm.graph.nodes if n.op == "call_function"]
     assert called == ["fp4lab_triton.pack_topk_ids.default"]
+
+
+def test_the_padded_rows_expert_ids_are_masked_without_reading_the_count_on_the_host():
+    ids = torch.arange(8, dtype=torch.int32).view(4, 2)
+    cpu_moe_kernels.mask_topk_ids(ids, torch.tensor([3]))
+    assert ids.tolist() == [[0, 1], [2, 3], [4, 5], [-1, -1]]
+    gm = torch.fx.experimental.proxy_tensor.make_fx(cpu_moe_kernels.mask_topk_ids)(
+        torch.zeros(4, 2, dtype=torch.int32), torch.tensor([1])
+    )
+    called = {str(n.target) for n in gm.graph.nodes if n.op == "call_function"}
+    assert not called & {"aten._local_scalar_dense.default", "aten.item.default"}

@@ -110,6 +110,13 @@ def fused_topk_deepseek(scores, bias, n_group, topk_group, topk, scaling, values
     indices.copy_(chosen)
 
 
+def mask_topk_ids(topk_ids: torch.Tensor, num_token_non_padded: torch.Tensor) -> None:
+    """SGLang's JIT mask of the padded rows' expert ids (-1 from row ``num_token_non_padded``
+    on), with tensor ops only (no host sync inside a capture)."""
+    rows = torch.arange(topk_ids.shape[0], device=topk_ids.device)
+    topk_ids.masked_fill_((rows >= num_token_non_padded)[:, None], -1)
+
+
 def moe_fused_gate_fake(x, bias, groups, topk_group, topk, shared, scaling, on_output):
     rows = x.shape[0]
     return [x.new_empty((rows, topk), dtype=torch.float32),
@@ -144,11 +151,9 @@ def cutlass_moe_fp4(a, a1_gscale, w1_fp4, w1_blockscale, w1_alphas, a2_gscale, w
 
 
 def trtllm_fp4_moe_zero(*args: Any, output: torch.Tensor | None = None, **kwargs: Any):
-    """No CPU reference for the TRT-LLM FP4 MoE's shuffled, row-reordered weight layout: the
-    routed experts contribute zero (the same in the compiled and the eager pass). With
-    ``do_finalize=False`` the release finalizes itself (``moe_finalize``) from FlashInfer's three
-    outputs: a zero FC2 output per (token, expert) slot, zero expert weights, and each slot at
-    its own row."""
+    """No CPU reference for the TRT-LLM FP4 MoE's shuffled weight layout: the routed experts
+    contribute zero (compiled and eager alike); with ``do_finalize=False`` the release finalizes
+    (``moe_finalize``) a zero FC2 row per slot, zero weights, each slot at its own row."""
     hidden = kwargs.get("hidden_states", args[2] if len(args) > 2 else None)
     rows, width = hidden.shape[0], hidden.shape[-1] * 2  # two FP4 codes per byte
     if kwargs.get("do_finalize") is False:

@@ -273,6 +273,11 @@ REPLACED = (
      "SGLang's Triton packing of top-k ids and weights for FlashInfer's routed TRT-LLM MoE "
      "(0.5.18 on), launched as kernel[grid]: one opaque op (fp4lab_triton::pack_topk_ids) "
      "writing the packed int32s, by the kernel's definition"),
+    ("sglang.srt.layers.moe.topk", "mask_topk_ids", cpu_moe_kernels.mask_topk_ids,
+     "SGLang's JIT mask of padded rows' expert ids (0.5.12 on, as its top-k binds it; reached "
+     "with padded prefill graphs), traced and run: -1 in the rows past the real tokens, in "
+     "torch; whether dynamo takes the JIT call in the release's own torch.compile is not "
+     "checked here"),
     ("sglang.srt.models.minimax_m2", "rms_sumsq_serial", triton_ops.rms_sumsq_launch,
      "MiniMax-M2's Triton QK-norm sum of squares, traced and run: one opaque op "
      "(fp4lab_triton::rms_sumsq_serial) as dynamo takes a Triton launch on a GPU; torch sums"),

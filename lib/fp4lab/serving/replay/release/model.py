@@ -221,7 +221,7 @@ def imported(sm: tuple[int, int]) -> Iterator[Release]:
         stack.enter_context(inside.absent_kernel_fakes_skipped())
         standins += inside.runtime_standins() + kernels.sgl_kernel_ops()
         standins += setup_standins.triton_driver_probe() + setup_standins.fa3_binary()
-        standins += setup_standins.cubin_downloads_refused()
+        standins += setup_standins.cubin_downloads_refused() + setup_standins.inductor_patterns()
         standins += reworked.deep_gemm_standin(132) if rework else []
         standins += kernels.sglang_ops_on_cpu()
         chosen = quantize.chosen()

@@ -149,6 +149,28 @@ def triton_driver_probe() -> list[dict]:
                    "for the CPU tensors they are given")]  # fmt: skip
 
 
+def inductor_patterns() -> list[dict]:
+    """Inductor's joint-graph patterns built for the CPU where a compiled graph names no device:
+    with none, inductor builds their example tensors on the GPU torch says is there (the
+    simulated one), which a CPU build cannot allocate; on a GPU they are built there. The
+    patterns are matched by shape, not device."""
+    from torch._inductor.fx_passes import joint_graph
+
+    initialized = joint_graph.lazy_init
+    if getattr(initialized, "__wrapped_by_fp4lab__", False):
+        return []
+
+    def on_cpu(input_device: torch.device | None = None) -> Any:
+        return initialized(input_device or torch.device("cpu"))
+
+    on_cpu.__wrapped_by_fp4lab__ = True  # type: ignore[attr-defined]
+    joint_graph.lazy_init = on_cpu
+    return [kernels.record("inductor_patterns", "torch._inductor.fx_passes.joint_graph.lazy_init",
+                           "inductor builds its joint-graph patterns' example tensors on the "
+                           "device a compiled graph names, or with none on the GPU torch says is "
+                           "there; for the simulated GPU they are built on the CPU")]  # fmt: skip
+
+
 CUBIN_FETCHERS = ("flashinfer.jit.cubin_loader", "flashinfer.artifacts")
 """The FlashInfer modules that hold ``download_file``, which fetches a kernel's cubins from
 NVIDIA's servers (retrying three times over 35 s before it gives up)."""
