@@ -24,11 +24,9 @@ from fp4lab.serving.replay.release import kernels, setup_standins
 REGISTRY = "sglang.srt.models.registry"
 SKIPPED = "Ignore import error when loading "
 """The release's own words for a model module its registry leaves out (``import_model_classes``)."""
-MISSING = ("No module named ", "cannot import name ", "Can not import ", ": module '")
-"""A model module left out for a package, name or module attribute the environment lacks (a
-package newer than the release's code: ``module 'cutlass._mlir.dialects.nvvm' has no attribute
-'RoundingModeKind'``), or sgl_kernel's CUDA library missing on this machine (the release's
-words): the same in every process."""
+MISSING = ("No module named ", "cannot import name ", "Can not import ")
+"""A model module left out for a package or name the environment lacks, or sgl_kernel's CUDA library
+missing on this machine (the release's words): the same in every process."""
 
 
 class _Skipped(logging.Handler):
