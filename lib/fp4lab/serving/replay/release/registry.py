@@ -26,7 +26,10 @@ SKIPPED = "Ignore import error when loading "
 """The release's own words for a model module its registry leaves out (``import_model_classes``)."""
 MISSING = ("No module named ", "cannot import name ", "Can not import ")
 """A model module left out for a package or name the environment lacks, or sgl_kernel's CUDA library
-missing on this machine (the release's words): the same in every process."""
+missing on this machine (the release's words): the same in every process. A module attribute the
+environment lacks does not count: where every other module imports, the registry would be imported
+here, and with it SGLang's MoE layer ahead of a walk's MoE set-up; 0.5.3.post2-0.5.9's layer reads
+the MoE runner backend when imported (0.5.3.post2's DeepSeek then took another MoE path)."""
 
 
 class _Skipped(logging.Handler):
