@@ -4,6 +4,7 @@ stopped at the timeout; a harness, or the runner's parent, killed by SIGKILL tak
 
 from __future__ import annotations
 
+import gc
 import os
 import subprocess
 import sys
@@ -158,16 +159,19 @@ def test_torchrun_and_its_ranks_die_with_a_harness_killed_by_sigkill(tmp_path, r
 
 
 def test_a_fork_passes_its_result_back_and_keeps_its_changes_to_itself(tmp_path):
-    """``process.forked``: the fork's dict comes back, what it changed stays in the fork; a fork
+    """``forks.forked``: the fork's dict comes back, what it changed stays in the fork; a fork
     that raises, or outlives its timeout (then killed), says how it ended instead."""
     state = {"patched": False}
 
     def work() -> dict:
         state["patched"] = True
-        return {"pid": os.getpid(), "patched": state["patched"]}
+        return {"pid": os.getpid(), "patched": state["patched"], "frozen": gc.get_freeze_count()}
 
+    gc.unfreeze()
     got = forks.forked(work, tmp_path / "one.json", 30)
     assert got["patched"] is True and got["pid"] != os.getpid()
+    assert got["frozen"] > 1000, "the fork's collections skip the heap it inherited"
+    gc.unfreeze()
     assert state["patched"] is False, "the fork's change never reached this process"
 
     def fails() -> dict:
