@@ -64,16 +64,17 @@ def test_full_graphs_are_captured_whole_by_the_release_and_replay_equal_to_eager
 def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_path):
     """A host sync inside a captured segment (a GPU tensor's value read, or copied, to the host) is
     flagged with the frame that asked (a real capture refuses it), while a host tensor's value
-    read there is kept as a host read (frozen into the graph, allowed); a replay that runs
+    read there is kept as a host read (frozen into the graph, allowed); host data copied into the
+    GPU there is flagged, a tensor made on the GPU there is not; a replay that runs
     nothing leaves the captured output (wrong output); a JIT build first asked for inside a
     segment is flagged, the same build asked for by the warm-ups first is not; the same capture
     without a fault works."""
     built = env.ensure_env(VERSION)
     checkpoint = models.write_tiny(*models.named("llama-3.3-70b-nvfp4").tiny()[:2],
                                    tmp_path / "model")  # fmt: skip
-    faults = ("none", "host_sync", "to_host", "host_read", "stale_replay", "side_joined",
-              "side_forked_by_event", "side_not_forked", "event_across_break", "jit_build",
-              "jit_build_warm")  # fmt: skip
+    faults = ("none", "host_sync", "to_host", "host_read", "from_host", "host_to_gpu", "gpu_made",
+              "stale_replay", "side_joined", "side_forked_by_event", "side_not_forked",
+              "event_across_break", "jit_build", "jit_build_warm")  # fmt: skip
     subprocess.run([str(built.python), str(FAULT), str(checkpoint), SM, str(tmp_path), ",".join(faults)],
                    env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")},
                    check=True, capture_output=True, timeout=600)  # fmt: skip
@@ -91,6 +92,17 @@ def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_pa
     assert result == "works", why
     assert [(r["what"], r["frame"].rsplit(":", 1)[-1]) for r in found["host_read"]["host_reads"]] == [
         ("host read _local_scalar_dense", "<lambda>")], found["host_read"]["host_reads"]  # fmt: skip
+    for fault, name in (("from_host", "tensor"), ("host_to_gpu", "to")):
+        result, why = breakable_outcome.capture_outcome(found[fault])
+        assert (
+            result == "blocked"
+            and why.startswith(
+                f"host-to-GPU copy {name} from unpinned host memory (torch's capture refuses it"
+            )
+            and "inside captured segment 2 of bucket 16 at breakable_fault.py:" in why
+        ), why
+    result, why = breakable_outcome.capture_outcome(found["gpu_made"])
+    assert result == "works", ("a tensor made on the GPU copies no host memory", why)
     result, why = breakable_outcome.capture_outcome(found["stale_replay"])
     assert result == "wrong output" and "bucket 4: max |diff|" in why, why
     result, why = breakable_outcome.capture_outcome(found["side_joined"])

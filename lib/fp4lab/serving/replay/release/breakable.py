@@ -198,7 +198,7 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
     if hasattr(host, "init_kv_index_translator"):  # 0.5.2x
         host.init_kv_index_translator()
     found: dict[str, Any] = {"standins": CAPTURE_STANDINS}
-    capture.gpu = devices.OnGpu(capture.copied_to_host)
+    capture.gpu = devices.OnGpu(capture.copied_to_host, capture.copied_from_host)
     capture.gpu.mark(devices.resident(host))
     with torch.no_grad(), _boundary(sm, capture, captured), capture.gpu:
         real = _attention_defaults(host, capture)  # the factory reads the simulated GPU

@@ -7,6 +7,11 @@ A tensor is on the GPU where the release made it so (a ``cuda`` device asked of 
 weights and buffers, the request-to-token pool), or where it was computed from one; a tensor the
 release keeps on the host (``seq_lens_cpu``, a list made a tensor) is not, and reading it inside
 a segment is kept apart: its value is frozen into the graph, a real capture does not refuse it.
+A copy the other way, host data into a GPU tensor (``torch.tensor(data, device="cuda")``,
+``.to("cuda")`` or ``.cuda()`` of a host tensor, ``gpu.copy_(host)``), reads host memory the
+release did not pin (pinning fails on this machine, so none that reaches a copy here is pinned):
+torch's capture refuses it, and a torch without that check replays from a host address nothing
+keeps alive (pytorch#172156, pytorch#171894).
 """
 
 from __future__ import annotations
@@ -21,6 +26,8 @@ from torch.utils.weak import WeakIdKeyDictionary
 
 TO_HOST = {torch.Tensor.cpu, torch.Tensor.tolist, torch.Tensor.numpy}
 """Tensor methods that copy a tensor's values to the host (a device-to-host copy from the GPU)."""
+WITH_DATA = {torch.tensor, torch.as_tensor, torch.asarray}
+"""Factories that copy their data (host data unless it is a GPU tensor) into the new tensor."""
 
 
 def _gpu_device(device: Any) -> bool:
@@ -44,15 +51,16 @@ def _to_host(func: Callable, args: tuple, kwargs: dict) -> bool:
 class OnGpu(TorchFunctionMode):
     """Tensors marked as on the GPU (``mark``), each result of a call marked where the call asks
     for the GPU or reads a marked tensor; ``to_host`` is called with each copy of a marked tensor
-    to the host (its function's name). While dynamo traces a release's ``torch.compile``'d
-    helper, each call passes through unseen: the helper runs as compiled code (inductor's kernels,
-    no tensor function called), so its results are not marked."""
+    to the host, ``from_host`` with each copy of host data into the GPU (its function's name).
+    While dynamo traces a release's ``torch.compile``'d helper, each call passes through unseen:
+    the helper runs as compiled code (inductor's kernels, no tensor function called), so its
+    results are not marked."""
 
-    def __init__(self, to_host: Callable[[str], None]) -> None:
+    def __init__(self, to_host: Callable[[str], None], from_host: Callable[[str], None]) -> None:
         super().__init__()
         self.tensors = WeakIdKeyDictionary()  # by identity: a tensor's == is elementwise
         self.devices: dict[int, torch.device] = {}  # each ``.device`` read of a GPU tensor, kept
-        self.to_host = to_host
+        self.to_host, self.from_host = to_host, from_host
 
     def _asks_gpu(self, func: Callable, args: tuple, kwargs: dict) -> bool:
         """Whether the call puts its result on the GPU: a ``cuda`` device or the device of a GPU
@@ -67,6 +75,18 @@ class OnGpu(TorchFunctionMode):
             gpu(a) for a in args[1:] if isinstance(a, (str, int, torch.device))
         )
 
+    def _from_host(self, func: Callable, args: tuple, kwargs: dict) -> bool:
+        """Whether the call copies host data into the GPU: a host tensor moved there, copied into
+        a GPU tensor, or data given to a factory asked for the GPU."""
+        if func is torch.Tensor.copy_:
+            return args[0] in self.tensors and not self.holds(args[1])
+        if func in (torch.Tensor.to, torch.Tensor.cuda):
+            return not self.holds(args[0]) and self._asks_gpu(func, args, kwargs)
+        if func not in WITH_DATA:
+            return False
+        data = args[0] if args else kwargs.get("data", kwargs.get("obj"))
+        return not self.holds(data) and self._asks_gpu(func, args, kwargs)
+
     def mark(self, tensors: Iterable[Any]) -> None:
         self.tensors.update((t, True) for t in tensors if isinstance(t, torch.Tensor))
 
@@ -79,6 +99,8 @@ class OnGpu(TorchFunctionMode):
         if torch.compiler.is_compiling():
             return func(*args, **kwargs)
         read = self.holds(args, kwargs)
+        if self._from_host(func, args, kwargs):
+            self.from_host(getattr(func, "__name__", str(func)))
         if func is torch.Tensor.copy_ and args[0] not in self.tensors and read:  # into the host
             if not kwargs.get("non_blocking", args[2] if len(args) > 2 else False):
                 self.to_host("copy_")

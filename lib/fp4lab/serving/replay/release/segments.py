@@ -1,9 +1,10 @@
 """Inside one SGLang environment: a simulated capture's stand-ins for ``torch.cuda.CUDAGraph``
 (a breakable segment) and ``torch.cuda.graph`` (a full graph), and what they flag inside an open
 segment: a host sync a real capture refuses (a GPU tensor's value read or copied to the host,
-``devices.OnGpu``) apart from a host tensor's value read (frozen into the graph, allowed), what
-CUDA's stream-capture rules refuse across streams (``streams``), and a JIT build the warm-ups did
-not ask for (its module compiled and loaded while the stream captures)."""
+``devices.OnGpu``) apart from a host tensor's value read (frozen into the graph, allowed), a copy
+of unpinned host memory into the GPU, what CUDA's stream-capture rules refuse across streams
+(``streams``), and a JIT build the warm-ups did not ask for (its module compiled and loaded while
+the stream captures)."""
 
 from __future__ import annotations
 
@@ -61,6 +62,11 @@ class Capture:
     def copied_to_host(self, name: str) -> None:
         if self.open:
             self.flag(f"host sync {name} (a GPU tensor copied to the host)")
+
+    def copied_from_host(self, name: str) -> None:
+        if self.open:
+            self.flag(f"host-to-GPU copy {name} from unpinned host memory (torch's capture "
+                      f"refuses it; older torch replays a host address nothing keeps alive)")  # fmt: skip
 
     def builds(self, closing: bool) -> None:
         """At a segment's start, the JIT builds asked for so far (the warm-ups', earlier
