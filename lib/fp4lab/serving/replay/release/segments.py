@@ -66,7 +66,7 @@ class Capture:
     def copied_from_host(self, name: str) -> None:
         if self.open:
             self.flag(f"host-to-GPU copy {name} from unpinned host memory (torch's capture "
-                      f"refuses it; older torch replays a host address nothing keeps alive)")  # fmt: skip
+                      "refuses it; older torch replays a host address nothing keeps alive)")  # fmt: skip
 
     def builds(self, closing: bool) -> None:
         """At a segment's start, the JIT builds asked for so far (the warm-ups', earlier
