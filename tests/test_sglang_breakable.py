@@ -31,6 +31,15 @@ def test_check_answers_the_releases_default_breakable_graph_with_segments_and_re
     assert "bucket 16: 3 segments, 2 breaks (unified_attention_with_output)" in text, text
     for bucket in (4, 8, 12):
         assert f"replay of bucket {bucket}: max |diff| vs eager 0" in text, text
+    # sglang#37606's precondition, counted from the release's own objects: each break's q, k, v
+    # and output are held by weak reference (4 x 2 breaks x 4 buckets); all but the last layer's
+    # output are held by nothing else once captured, and 3 of the 4 buckets are captured before
+    # another; the release's last-layer output is the case that comes out the other way
+    assert ("held by weak reference at sglang/srt/model_executor/runner_backend_utils/"
+            "breakable_cuda_graph/breakable_cuda_graph.py:240:<genexpr>: 32, of which 28 held by "
+            "nothing else after the capture, 21 with a bucket captured after theirs "
+            "(sglang#37606)") in text, text  # fmt: skip
+    assert "21 of 32 tensors the breaks hold by weak reference" in text, text
 
 
 @pytest.mark.environments
@@ -57,6 +66,7 @@ def test_full_graphs_are_captured_whole_by_the_release_and_replay_equal_to_eager
     text = "\n".join(lines)
     assert "through full in SGLang" in text and ": WORKS" in text, text
     assert "bucket 16: 1 segments, 0 breaks (none)" in text, text
+    assert "held by weak reference" not in text, "a full graph has no break to hold inputs"
     assert "--cuda-graph-backend-prefill full resolves full" in text, text
 
 

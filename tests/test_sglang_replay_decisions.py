@@ -475,6 +475,12 @@ def test_the_recommendation_names_the_newest_release_and_captured_graph_that_wor
     said = timeline.recommendation(rows, "10.0")
     assert said.startswith("SGLang 0.5.23 with no flag (breakable graphs"), said
     assert timeline.to_run(rows, "10.0") == "SGLang 0.5.23, no flag (breakable)"
+    rows[1]["breakable_weak_refs_at_risk"] = 21  # break inputs a later bucket's capture may take
+    said = timeline.recommendation(rows, "10.0")
+    assert "its breaks hold 21 tensors by weak reference only" in said and "sglang#37606" in said
+    assert timeline.to_run(rows, "10.0") == (
+        "SGLang 0.5.23, no flag (breakable; weak-referenced break inputs, sglang#37606)"
+    )
     for row in rows:
         row["breakable"] = row["full"] = "blocked"
     assert timeline.recommendation(rows, "10.0").startswith("no release measured here")

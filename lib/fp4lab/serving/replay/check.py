@@ -103,6 +103,10 @@ def captured_lines(model: models.Model, version: str, sm: str, replay: dict,
               f"({r['times']} times)" for r in found.get("host_reads", [])]  # fmt: skip
     lines += [f"  replay of bucket {r['bucket']}: max |diff| vs eager {r['max_abs_diff']:.3g}"
               for r in found.get("replays", [])]  # fmt: skip
+    held = found.get("weak_refs") or {}
+    lines += [f"  held by weak reference at {frame}: {n['held']}, of which {n['released']} held by "
+              f"nothing else after the capture, {n['at_risk']} with a bucket captured after theirs "
+              f"({held['upstream']})" for frame, n in held.get("frames", {}).items()]  # fmt: skip
     lines += [f"  kernel {k['kernel']} on SM{sm}: {k['available']} ({k['evidence']})"
               for k in replay.get("kernel_availability") or [] if k["library"]]  # fmt: skip
     chosen = {k: v for k, v in flags.read(replay)["kernel_backends"].items()

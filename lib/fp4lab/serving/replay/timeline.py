@@ -164,8 +164,11 @@ def captured_recommendation(rows: list[dict], sm: str) -> str | None:
     if picked is None:
         return None
     r, graph, flag = picked
+    risk = r.get(f"{graph}_weak_refs_at_risk")
     return (f"SGLang {r['sglang_version']} with {flag} ({graph} graphs: captured and replayed "
-            f"equal to eager in a simulated capture)")  # fmt: skip
+            f"equal to eager in a simulated capture"
+            + (f"; but its breaks hold {risk} tensors by weak reference only, memory a GPU's "
+               f"graph pool gives to a later bucket: sglang#37606" if risk else "") + ")")  # fmt: skip
 
 
 def to_run(rows: list[dict], sm: str) -> str:
@@ -174,7 +177,9 @@ def to_run(rows: list[dict], sm: str) -> str:
     picked = _captured_pick(rows, sm)
     if picked is not None:
         r, graph, flag = picked
-        return f"SGLang {r['sglang_version']}, {flag} ({graph})"
+        risk = "; weak-referenced break inputs, sglang#37606" if r.get(
+            f"{graph}_weak_refs_at_risk") else ""  # fmt: skip
+        return f"SGLang {r['sglang_version']}, {flag} ({graph}{risk})"
     r = recommended(rows, sm)
     if r is None:
         return "none measured here works"

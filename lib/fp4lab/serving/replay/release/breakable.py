@@ -38,6 +38,7 @@ from fp4lab.serving.replay.release import (
     reworked,
     runner,
     segments,
+    weak_refs,
 )
 from fp4lab.serving.replay.release.failed import failure
 from fp4lab.serving.replay.shared import breakable_outcome
@@ -59,8 +60,8 @@ CAPTURE_STANDINS = [
                    "capture_end, instantiate, replay)",
                    "no CUDA device: each segment records the operators it dispatches, with their "
                    "tensors, and a replay re-runs them on those tensors (fixed addresses); the "
-                   "graph pool's memory reuse and weak references are not imitated (CPU tensors "
-                   "are kept whole by the release)"),
+                   "graph pool's memory reuse is not imitated: a tensor the release holds only by "
+                   "weak reference keeps its memory here, and is counted (``weak_refs``)"),
     kernels.record("capture_status", f"{GRAPH}._is_stream_capturing",
                    "cuda-python's cudaStreamGetCaptureInfo needs a CUDA stream: answered by CUDA's "
                    "capture rules as the capture's streams and events were used (``streams``)"),
@@ -200,10 +201,11 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
     found: dict[str, Any] = {"standins": CAPTURE_STANDINS}
     capture.gpu = devices.OnGpu(capture.copied_to_host, capture.copied_from_host)
     capture.gpu.mark(devices.resident(host))
+    watched = weak_refs.Watched(lambda: capture.bucket)
     with torch.no_grad(), _boundary(sm, capture, captured), capture.gpu:
         real = _attention_defaults(host, capture)  # the factory reads the simulated GPU
         try:
-            with runner.logged("sglang") as lines:
+            with runner.logged("sglang") as lines, watched.active():
                 host.init_cuda_graphs(capture_decode_cuda_graph=False)
         except Exception as exc:  # the release's capture failed: what is measured
             asked = getattr(exc, "obj", None) if isinstance(exc, AttributeError) else None
@@ -233,4 +235,7 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
             plain = [k for k in graphs if _variant(k) is None] or list(graphs)
             keys = sorted(plain, key=lambda k: k.size)[:COMPARED]
             found["replays"] = [replayed.compare(built, captured, key, generator) for key in keys]
+        recorded = [s for graph in graphs.values() for s in getattr(graph, "_segments", [graph])]
+        found["weak_refs"] = weak_refs.released(watched, recorded,
+                                                [key.size for key in captured.forwards])  # fmt: skip
     return found

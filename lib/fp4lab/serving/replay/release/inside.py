@@ -20,6 +20,7 @@ from torch.overrides import TorchFunctionMode
 
 from fp4lab.compile import frames, target, trace
 from fp4lab.core import paths
+from fp4lab.serving.replay.release import weak_refs
 
 CUDA_VERSION = "12.9"
 """The CUDA build torch claims while SGLang is made to see a GPU (SGLang requires >= 12.8)."""
@@ -79,20 +80,22 @@ def absent_kernel_fakes_skipped() -> Iterator[list[str]]:
         yield skipped
 
 
-def _identity_weak_ref(name: str) -> types.ModuleType:
-    module = types.ModuleType(name, "fp4lab stand-in: weak_ref_tensor as the identity (CPU)")
+def _weak_ref_module(name: str) -> types.ModuleType:
+    module = types.ModuleType(name, "fp4lab stand-in: weak_ref_tensor (CPU), ``weak_refs``")
 
     def weak_ref_tensors(tensors: Any) -> Any:
-        return type(tensors)(tensors) if isinstance(tensors, (list, tuple)) else tensors
+        if isinstance(tensors, (list, tuple)):
+            return type(tensors)(weak_refs.weak_ref(t) for t in tensors)
+        return weak_refs.weak_ref(tensors)
 
-    module.weak_ref_tensor = lambda tensor: tensor
+    module.weak_ref_tensor = weak_refs.weak_ref
     module.weak_ref_tensors = weak_ref_tensors
     return module
 
 
 def runtime_standins() -> list[dict]:
     """The runtime stand-ins SGLang's compile path needs on CPU, each listed: ``weak_ref_tensor``
-    as the identity where the release's module exists, and a one-process gloo group."""
+    where the release's module exists (``weak_refs``), and a one-process gloo group."""
     import importlib.util
 
     listed = []
@@ -102,11 +105,13 @@ def runtime_standins() -> list[dict]:
         except ModuleNotFoundError:
             found = False
         if found and name not in sys.modules:
-            sys.modules[name] = _identity_weak_ref(name)
+            sys.modules[name] = _weak_ref_module(name)
             listed.append(
-                {"name": "weak_ref_tensor_identity", "module": name, "why": "weak_ref_tensor "
+                {"name": "weak_ref_tensor_view", "module": name, "why": "weak_ref_tensor "
                  "raises NotImplementedError off CUDA/XPU/NPU (or JIT-builds a CUDA kernel); the "
-                 "identity keeps the tensor itself, which CPU never frees early"}
+                 "stand-in gives the tensor itself, or in a captured prefill graph a view that "
+                 "keeps its storage (a CPU cannot read freed memory), counted after the capture "
+                 "to see whether the release still holds that memory"}
             )  # fmt: skip
     if not torch.distributed.is_initialized():
         store = torch.distributed.HashStore()

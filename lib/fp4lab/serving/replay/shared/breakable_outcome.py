@@ -77,7 +77,20 @@ def capture_outcome(found: dict) -> tuple[str, str]:
         + (f"; {forks} side-stream forks inside segments, each joined back" if forks else "")
         + (f"; host values read inside segments are frozen into the graph at {', '.join(reads)} "
            "(replayed with the captured lengths only)" if reads else "")
+        + weak_refs_said(found)
     )  # fmt: skip
+
+
+def weak_refs_said(found: dict) -> str:
+    """The break inputs a capture holds by weak reference only, in words ('' where none is at
+    risk): on a GPU their memory goes back to the graph pool for a later bucket's capture."""
+    held = found.get("weak_refs") or {}
+    if not held.get("at_risk"):
+        return ""
+    return (f"; {held['at_risk']} of {held['held']} tensors the breaks hold by weak reference are "
+            f"held by nothing else once their bucket is captured, and a bucket is captured after "
+            f"it (on a GPU the graph pool gives that memory to the later bucket: "
+            f"{held['upstream']}, wrong output or an illegal memory access; a CPU keeps it)")  # fmt: skip
 
 
 def borrowed_stop(found: dict) -> bool:
@@ -135,14 +148,15 @@ def fields(replay: dict, graph: str = "breakable") -> dict:
     """A decision row's columns of the captured prefill graph ``graph`` (``flags.CAPTURED``) from
     a replay's ``<graph>_walk``, each named ``<graph>...``: the outcome ("not applicable" where
     the release has no such backend), why, the flag a user passes, the segments and breaks of the
-    largest bucket, its breaks per forward and per decoder layer, and the evidence."""
+    largest bucket, its breaks per forward and per decoder layer, the evidence, and the tensors its
+    breaks hold by weak reference only with a bucket captured after theirs (``weak_refs_said``)."""
     walk = replay.get(f"{graph}_walk")
     if walk is None:
         return {graph: "not applicable", f"{graph}_note": f"the release has no {graph} prefill "
                 "graph backend", f"{graph}_flag": None, f"{graph}_segments": None,
                 f"{graph}_breaks": [], f"{graph}_break_count": None,
                 f"{graph}_breaks_per_layer": None,
-                f"{graph}_evidence": []}  # fmt: skip
+                f"{graph}_evidence": [], f"{graph}_weak_refs_at_risk": None}  # fmt: skip
     result, why = outcome(walk, graph)
     buckets = [b for b in (walk.get(graph) or {}).get("buckets") or [] if not b.get("variant")]
     largest = max(buckets, key=lambda b: b["bucket"], default=None)
@@ -153,7 +167,9 @@ def fields(replay: dict, graph: str = "breakable") -> dict:
             f"{graph}_break_count": len(largest["breaks"]) if largest else None,
             f"{graph}_breaks_per_layer": round(len(largest["breaks"]) / layers, 2)
             if largest and layers else None,
-            f"{graph}_evidence": ["simulated_capture"] if largest else []}  # fmt: skip
+            f"{graph}_evidence": ["simulated_capture"] if largest else [],
+            f"{graph}_weak_refs_at_risk": ((walk.get(graph) or {}).get("weak_refs") or {}).get(
+                "at_risk")}  # fmt: skip
 
 
 def captured_fields(replay: dict) -> dict:

@@ -1,0 +1,106 @@
+"""Inside one SGLang environment: ``weak_ref_tensor``'s stand-in, and which tensors a captured
+prefill graph holds by weak reference only once its capture is over.
+
+Every breakable release here keeps each break's inputs as ``weak_ref_tensor`` views (0.5.15 its
+output too). On a GPU such a view does not own its memory: once the release drops its other
+references, the block is free in the graph pool, and a bucket captured later is carved from it
+(sglang#37606: wrong output or an illegal memory access; its fix, sglang#37448, is in no release
+here). A CPU cannot read freed memory safely, so the stand-in's view shares the tensor's storage
+and keeps it alive; once the capture and its replays are over, a storage no tensor holds but the
+views is memory the release has let go.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import gc
+import sys
+from collections.abc import Callable, Iterable, Iterator
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from fp4lab.compile import frames
+
+UPSTREAM = "sglang#37606"
+"""Upstream's report of what a weak-referenced break input does on a GPU."""
+
+
+@dataclass
+class Held:
+    """One ``weak_ref_tensor`` view the release took: the view, its bucket, where it was taken."""
+
+    view: torch.Tensor
+    bucket: int
+    frame: str
+
+
+@dataclass
+class Watched:
+    """The views taken while a capture is watched (``active``); ``bucket`` names the open one."""
+
+    bucket: Callable[[], int]
+    held: list[Held] = field(default_factory=list)
+
+    @contextlib.contextmanager
+    def active(self) -> Iterator[None]:
+        _WATCHING.append(self)
+        try:
+            yield
+        finally:
+            _WATCHING.remove(self)
+
+
+_WATCHING: list[Watched] = []
+
+
+def _caller() -> str:
+    """The release's frame that asked for the view (past its ``_weak_ref_if_tensor`` helper)."""
+    f = sys._getframe(2)
+    while f is not None and (f.f_code.co_name == "_weak_ref_if_tensor" or frames.relative_path(
+            f.f_code.co_filename).startswith(("fp4lab/", "torch/"))):  # fmt: skip
+        f = f.f_back
+    if f is None:
+        return "unknown"
+    return f"{frames.relative_path(f.f_code.co_filename)}:{f.f_lineno}:{f.f_code.co_name}"
+
+
+def weak_ref(tensor: Any) -> Any:
+    """``weak_ref_tensor``'s stand-in: the tensor itself, or, while a capture is watched, a view
+    of its storage, kept with its bucket and the release's frame that asked."""
+    if not _WATCHING or not isinstance(tensor, torch.Tensor):
+        return tensor
+    view = tensor.detach()
+    _WATCHING[-1].held.append(Held(view, _WATCHING[-1].bucket(), _caller()))
+    return view
+
+
+def _storage(tensor: torch.Tensor) -> int:
+    return tensor.untyped_storage()._cdata
+
+
+def released(watched: Watched, recorded: Iterable[Any], order: list[int]) -> dict:
+    """Which views' memory only the views hold once the capture and its replays are over: the
+    recorder's graphs (``recorded``, nothing replays them after this) let go of their tensors
+    first, so a storage's use count beyond its views' is the release's. ``order``: the buckets
+    as they were captured; ``at_risk``: released in a bucket another was captured after."""
+    for graph in recorded:
+        getattr(graph, "ops", []).clear()
+    gc.collect()
+    probe = torch.empty(1)
+    extra = torch._C._storage_Use_Count(_storage(probe)) - 1  # a storage's own Python object
+    views: dict[int, set[int]] = {}
+    for h in watched.held:
+        views.setdefault(_storage(h.view), set()).add(id(h.view))
+    by_frame: dict[str, dict[str, int]] = {}
+    for h in watched.held:
+        storage = _storage(h.view)
+        free = torch._C._storage_Use_Count(storage) == len(views[storage]) + extra
+        later = h.bucket in order and order.index(h.bucket) < len(order) - 1
+        row = by_frame.setdefault(h.frame, {"held": 0, "released": 0, "at_risk": 0})
+        row["held"] += 1
+        row["released"] += free
+        row["at_risk"] += free and later
+    total = {k: sum(r[k] for r in by_frame.values()) for k in ("held", "released", "at_risk")}
+    return {**total, "frames": by_frame, "capture_order": order, "upstream": UPSTREAM}
