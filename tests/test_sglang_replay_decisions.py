@@ -397,6 +397,12 @@ def test_upstreams_facts_are_held_against_the_replays_cells_both_ways():
     assert held["sglang#29562", "0.5.21", "12.0"] == "disagree"
     assert held["sglang#26087", "0.5.12", "12.0"] == "not comparable"
     assert held["sglang#39054", "0.5.21", "12.0"] == "agree"
+    assert held["sglang#37606", "0.5.15", "10.0"] == "not comparable", "no capture counted"
+    rows[2]["breakable"], rows[2]["breakable_weak_refs_at_risk"] = "works", 21
+    rows[3]["breakable"], rows[3]["breakable_weak_refs_at_risk"] = "works", 0
+    held = {(r["source"], r["release"], r["SM"]): r["verdict"] for r in upstream.agreement(rows)}
+    assert held["sglang#37606", "0.5.15", "10.0"] == "agree"
+    assert held["sglang#37606", "0.5.16", "12.0"] == "disagree"
     grouped = upstream.grouped(upstream.agreement(rows))
     assert [(r["release"], r["verdict"]) for r in grouped if r["source"] == ci] == [
         ("0.5.13–0.5.14", "agree"), ("0.5.15", "disagree")]  # fmt: skip

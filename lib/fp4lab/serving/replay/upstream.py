@@ -75,6 +75,20 @@ def _musa_probe(row: dict) -> tuple[str, str]:
     )
 
 
+def _weak_refs(row: dict) -> tuple[str, str]:
+    at_risk = row.get("breakable_weak_refs_at_risk")
+    if at_risk is None:
+        return NOT_COMPARABLE, f"breakable {row.get('breakable')}: no capture was counted"
+    if not at_risk:
+        return (
+            DISAGREE,
+            f"breakable {row['breakable']}: no break input is held by weak reference only",
+        )
+    return AGREE, (f"breakable {row['breakable']}: {at_risk} break inputs are held by weak reference "
+                   f"only, with a bucket captured after theirs (the bug's precondition; a CPU "
+                   f"keeps their memory, so the replay cannot show the reuse itself)")  # fmt: skip
+
+
 FACTS = (
     Fact("upstream CI (test_pcg_glm5_fp4.py)",
          "https://github.com/sgl-project/sglang/tree/main/test",
@@ -93,6 +107,11 @@ FACTS = (
     Fact("sglang#39054", "https://github.com/sgl-project/sglang/issues/39054", ("0.5.21",), "all",
          "on a real GPU, dynamo stops at is_musa()'s import probe inside the traced forward",
          _musa_probe),
+    Fact("sglang#37606", "https://github.com/sgl-project/sglang/issues/37606",
+         tuple(v for v in versions.VERSIONS if versions.order("0.5.15") <= versions.order(v)),
+         "all", "breakable capture keeps each break's inputs as weak_ref_tensor views; the graph "
+         "pool gives their memory to buckets captured later: wrong greedy output or an illegal "
+         "memory access (its fix, sglang#37448, is in no release here)", _weak_refs),
 )  # fmt: skip
 """The upstream facts the replay is held against (each release's cell of the SM named; ``all``
 for every SM)."""
