@@ -223,6 +223,21 @@ def test_a_stop_of_fp4labs_own_making_is_not_measured_and_the_releases_own_is_bl
 
 
 @pytest.mark.environments
+def test_0_5_23_weak_refs_the_break_inputs_of_a_gpu_tensor_it_keeps_on_a_cpu():
+    """From 0.5.20 the release's ``_weak_ref_if_tensor`` keeps CPU tensors as they are; asked of
+    tensors that stand for GPU ones with their device read as the GPU's, it weak-refs every break
+    input, and the release holds none of them once captured."""
+    lines: list[str] = []
+    model = models.named("llama-3.3-70b-nvfp4")
+    assert check.check(model, "0.5.23", "10.0", None, progress=lines.append) == 0
+    text = "\n".join(lines)
+    assert ": WORKS" in text, text
+    assert ("held by weak reference at sglang/srt/model_executor/runner_backend_utils/"
+            "breakable_cuda_graph/breakable_cuda_graph.py:300:<genexpr>: 32, of which 32 held by "
+            "nothing else after the capture, 24 with a bucket captured after theirs") in text, text  # fmt: skip
+
+
+@pytest.mark.environments
 def test_full_graphs_on_0_5_23_ask_the_class_the_release_builds_and_its_answer_decides():
     """0.5.23's runner asks the attention backend whether it supports chunked-prefix full graphs;
     the stand-in answers as the class the release's registry builds for Llama on SM10.0

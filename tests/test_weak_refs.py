@@ -45,3 +45,24 @@ def test_a_view_the_release_alone_holds_is_released_and_one_it_keeps_is_not():
     kept.clear()  # the release lets go of the rest too: every view is released
     again = weak_refs.released(watched, [], [16, 4])
     assert (again["released"], again["at_risk"]) == (4, 2), again
+
+
+def test_a_release_that_keeps_cpu_tensors_is_asked_with_a_gpu_tensors_device():
+    """0.5.20's rule (its ``_weak_ref_if_tensor``: an empty or CPU tensor is kept as it is) asked
+    through ``seen_on_gpu``: a tensor standing for a GPU one is weak-referenced, a host tensor and
+    an empty one are kept, as on a GPU."""
+
+    def releases_rule(x):  # the shape of 0.5.20's check, to drive the wrapper
+        if x.numel() == 0 or x.device.type == "cpu":
+            return x
+        return weak_refs.weak_ref(x)
+
+    on_gpu, host, empty = torch.ones(2), torch.ones(2), torch.ones(0)
+    asked = weak_refs.seen_on_gpu(releases_rule, lambda t: t is on_gpu or t is empty)
+    watched = weak_refs.Watched(lambda: 8)
+    with watched.active():
+        view = asked(on_gpu)
+        assert asked(host) is host and asked(empty) is empty
+    assert type(view) is torch.Tensor and view is not on_gpu
+    assert view.data_ptr() == on_gpu.data_ptr() and view.device.type == "cpu"
+    assert [h.bucket for h in watched.held] == [8]

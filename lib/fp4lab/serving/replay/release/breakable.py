@@ -72,6 +72,10 @@ CAPTURE_STANDINS = [
     kernels.record("record_stream", "torch.Tensor.record_stream",
                    "the caching allocator's cross-stream bookkeeping: no CUDA allocator here"),
     kernels.record("graph_pool_handle", "torch.cpu.graph_pool_handle", "an opaque object: the pool"),
+    kernels.record("weak_ref_device", f"{GRAPH}._weak_ref_if_tensor",
+                   "the release's own function, asked of a tensor that stands for a GPU one with "
+                   "its device read as the GPU's: from 0.5.20 it keeps CPU tensors as they are, "
+                   "and every tensor of the simulated capture is one (``weak_refs.seen_on_gpu``)"),
     kernels.record("kv_index_translator_allocator", "ModelRunner.init_kv_index_translator",
                    "the release's own translator, over the stand-in KV pool, with no KV "
                    "allocator (nothing is allocated in the cache)"),
@@ -160,6 +164,10 @@ def _boundary(sm: tuple[int, int], capture: segments.Capture, captured: Captured
         )
         stack.enter_context(target.attribute_replaced(graph_module, "_is_stream_capturing",
                                                       capture.streams.capturing))  # fmt: skip
+        if hasattr(graph_module, "_weak_ref_if_tensor"):
+            stack.enter_context(target.attribute_replaced(
+                graph_module, "_weak_ref_if_tensor",
+                weak_refs.seen_on_gpu(graph_module._weak_ref_if_tensor, capture.gpu.holds)))  # fmt: skip
         stack.enter_context(capture.streams.installed())
         stack.enter_context(target.attribute_replaced(torch.Tensor, "record_stream",
                                                       lambda tensor, stream: None))  # fmt: skip

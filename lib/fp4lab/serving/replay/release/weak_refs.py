@@ -5,7 +5,9 @@ Every breakable release here keeps each break's inputs as ``weak_ref_tensor`` vi
 output too). On a GPU such a view does not own its memory: once the release drops its other
 references, the block is free in the graph pool, and a bucket captured later is carved from it
 (sglang#37606: wrong output or an illegal memory access; its fix, sglang#37448, is in no release
-here). A CPU cannot read freed memory safely, so the stand-in's view shares the tensor's storage
+here). From 0.5.20 the release keeps CPU tensors as they are, so it is asked of a tensor that
+stands for a GPU one with that tensor's device read as the GPU's (``seen_on_gpu``). A CPU
+cannot read freed memory safely, so the stand-in's view shares the tensor's storage
 and keeps it alive; once the capture and its replays are over, a storage no tensor holds but the
 views is memory the release has let go.
 """
@@ -68,12 +70,37 @@ def _caller() -> str:
 
 def weak_ref(tensor: Any) -> Any:
     """``weak_ref_tensor``'s stand-in: the tensor itself, or, while a capture is watched, a view
-    of its storage, kept with its bucket and the release's frame that asked."""
+    of its storage (of the tensor an ``_OnGpu`` stands for), kept with its bucket and the
+    release's frame that asked."""
     if not _WATCHING or not isinstance(tensor, torch.Tensor):
         return tensor
-    view = tensor.detach()
+    view = getattr(tensor, "stands_for", tensor).detach()
     _WATCHING[-1].held.append(Held(view, _WATCHING[-1].bucket(), _caller()))
     return view
+
+
+class _OnGpu(torch.Tensor):
+    """A CPU tensor that stands for a GPU one (``stands_for``), its device read as the GPU's."""
+
+    @property
+    def device(self) -> torch.device:  # type: ignore[override]
+        return torch.device("cuda", 0)
+
+
+def seen_on_gpu(release_fn: Callable[[Any], Any], on_gpu: Callable[[Any], bool]) -> Callable:
+    """The release's ``_weak_ref_if_tensor`` asked of a tensor that stands for a GPU one
+    (``on_gpu``) with its device read as the GPU's: from 0.5.20 it keeps a CPU tensor as it is,
+    which every tensor of a simulated capture is; anything else is asked as given."""
+
+    def asked(x: Any) -> Any:
+        if not (isinstance(x, torch.Tensor) and on_gpu(x)):
+            return release_fn(x)
+        seen = x.as_subclass(_OnGpu)
+        seen.stands_for = x
+        got = release_fn(seen)
+        return x if got is seen else got
+
+    return asked
 
 
 def _storage(tensor: torch.Tensor) -> int:
