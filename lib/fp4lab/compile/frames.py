@@ -68,6 +68,16 @@ def relative_path(filename: str) -> str:
     return path.name  # notebook cells and scripts: the name is what a reader recognises
 
 
+def release_frame(stack: list[traceback.FrameSummary], skip: tuple[str, ...] = ()) -> str:
+    """The deepest frame outside torch and fp4lab (its recorder, stand-ins) and the functions named
+    in ``skip``: ``file:line:function`` of the code that asked, or "unknown"."""
+    for f in reversed(stack):
+        where = relative_path(f.filename)
+        if f.name not in skip and not where.startswith(("torch/", "fp4lab/")):
+            return f"{where}:{f.lineno}:{f.name}"
+    return "unknown"
+
+
 def user_frames(stack: traceback.StackSummary | list | None) -> list[Frame]:
     """The traced program's frames from a stack summary, without dynamo's own polyfills."""
     frames = []

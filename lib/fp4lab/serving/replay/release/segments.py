@@ -41,7 +41,7 @@ class Capture:
 
     def __post_init__(self) -> None:
         self.streams = Streams(lambda what: self.flag(what, kernels_too=True),
-                               lambda: _release_frame(traceback.extract_stack()))  # fmt: skip
+                               lambda: frames.release_frame(traceback.extract_stack()))  # fmt: skip
 
     @property
     def open(self) -> bool:
@@ -54,7 +54,7 @@ class Capture:
         stack = traceback.extract_stack()[:-2]
         if not kernels_too and _inside_standin(stack):
             return
-        frame = _release_frame(stack)
+        frame = frames.release_frame(stack)
         (self.flags if into is None else into).append(
             {"what": what, "bucket": self.bucket, "segment": self.segment, "frame": frame}
         )
@@ -104,15 +104,6 @@ def _inside_standin(stack: list[traceback.FrameSummary]) -> bool:
         if not where.startswith(("torch/", "fp4lab/")):
             return False
     return False
-
-
-def _release_frame(stack: list[traceback.FrameSummary]) -> str:
-    """The deepest frame outside torch and fp4lab (its recorder, stand-ins): the code that asked."""
-    for f in reversed(stack):
-        where = frames.relative_path(f.filename)
-        if not where.startswith(("torch/", "fp4lab/")):
-            return f"{where}:{f.lineno}:{f.name}"
-    return "unknown"
 
 
 class _Watching(recorder._Recording):

@@ -16,7 +16,8 @@ from __future__ import annotations
 
 import contextlib
 import gc
-import sys
+import traceback
+from collections import Counter
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
@@ -57,17 +58,6 @@ class Watched:
 _WATCHING: list[Watched] = []
 
 
-def _caller() -> str:
-    """The release's frame that asked for the view (past its ``_weak_ref_if_tensor`` helper)."""
-    f = sys._getframe(2)
-    while f is not None and (f.f_code.co_name == "_weak_ref_if_tensor" or frames.relative_path(
-            f.f_code.co_filename).startswith(("fp4lab/", "torch/"))):  # fmt: skip
-        f = f.f_back
-    if f is None:
-        return "unknown"
-    return f"{frames.relative_path(f.f_code.co_filename)}:{f.f_lineno}:{f.f_code.co_name}"
-
-
 def weak_ref(tensor: Any) -> Any:
     """``weak_ref_tensor``'s stand-in: the tensor itself, or, while a capture is watched, a view
     of its storage (of the tensor an ``_OnGpu`` stands for), kept with its bucket and the
@@ -75,7 +65,8 @@ def weak_ref(tensor: Any) -> Any:
     if not _WATCHING or not isinstance(tensor, torch.Tensor):
         return tensor
     view = getattr(tensor, "stands_for", tensor).detach()
-    _WATCHING[-1].held.append(Held(view, _WATCHING[-1].bucket(), _caller()))
+    where = frames.release_frame(traceback.extract_stack(), skip=("_weak_ref_if_tensor",))
+    _WATCHING[-1].held.append(Held(view, _WATCHING[-1].bucket(), where))
     return view
 
 
@@ -117,13 +108,11 @@ def released(watched: Watched, recorded: Iterable[Any], order: list[int]) -> dic
     gc.collect()
     probe = torch.empty(1)
     extra = torch._C._storage_Use_Count(_storage(probe)) - 1  # a storage's own Python object
-    views: dict[int, set[int]] = {}
-    for h in watched.held:
-        views.setdefault(_storage(h.view), set()).add(id(h.view))
+    views = Counter(_storage(h.view) for h in watched.held)  # each call made its own view
     by_frame: dict[str, dict[str, int]] = {}
     for h in watched.held:
         storage = _storage(h.view)
-        free = torch._C._storage_Use_Count(storage) == len(views[storage]) + extra
+        free = torch._C._storage_Use_Count(storage) == views[storage] + extra
         later = h.bucket in order and order.index(h.bucket) < len(order) - 1
         row = by_frame.setdefault(h.frame, {"held": 0, "released": 0, "at_risk": 0})
         row["held"] += 1
