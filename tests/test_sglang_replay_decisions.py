@@ -400,8 +400,12 @@ def test_upstreams_facts_are_held_against_the_replays_cells_both_ways():
     assert held["sglang#37606", "0.5.15", "10.0"] == "not comparable", "no capture counted"
     rows[2]["breakable"], rows[2]["breakable_weak_refs_at_risk"] = "works", 21
     rows[3]["breakable"], rows[3]["breakable_weak_refs_at_risk"] = "works", 0
-    held = {(r["source"], r["release"], r["SM"]): r["verdict"] for r in upstream.agreement(rows)}
+    found = upstream.agreement(rows)
+    held = {(r["source"], r["release"], r["SM"]): r["verdict"] for r in found}
     assert held["sglang#37606", "0.5.15", "10.0"] == "agree"
+    replayed = {(r["source"], r["release"]): r["replay"] for r in found if r["SM"] == "10.0"}
+    assert replayed["sglang#37606", "0.5.15"] == "breakable: works", "the graph the fact concerns"
+    assert replayed[ci, "0.5.15"] == "tc_piecewise: blocked"
     assert held["sglang#37606", "0.5.16", "12.0"] == "disagree"
     grouped = upstream.grouped(upstream.agreement(rows))
     assert [(r["release"], r["verdict"]) for r in grouped if r["source"] == ci] == [

@@ -110,7 +110,11 @@ def decision(rows: list[dict]) -> dict:
     for graph in flags.CAPTURED:  # the releases' captured graphs, by their own runner (simulated)
         captured = [r for r in rows if r.get(graph) not in (None, "not applicable")]
         tallies[graph] = tally = dict(collections.Counter(r[graph] for r in captured))
-        said = [f"{tally.get('works', 0)} of {len(captured)} cells work",
+        risky = sum(r[graph] == "works" and bool(r.get(f"{graph}_weak_refs_at_risk"))
+                    for r in captured)  # fmt: skip
+        said = [f"{tally.get('works', 0)} of {len(captured)} cells work"
+                + (f" ({risky} with weak-referenced break inputs at risk, sglang#37606)"
+                   if risky else ""),
                 *(f"{n} {o}" for o, n in tally.items() if o != "works")]  # fmt: skip
         number += f"; {graph} graphs (simulated capture): {', '.join(said)}" if captured else ""
     return {"verdict": verdict, "number": number, "why": per, **tallies}

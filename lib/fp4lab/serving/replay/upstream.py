@@ -23,7 +23,9 @@ STOOD_IN = ("the replay stands in for DeepGEMM's kernels and reads no arch evide
 
 @dataclass(frozen=True)
 class Fact:
-    """One thing upstream saw: where (``source``, ``url``), on which releases and SM, and what."""
+    """One thing upstream saw: where (``source``, ``url``), on which releases and SM, and what;
+    ``graph``, the prefill graph it concerns (``tc_piecewise``, ``breakable`` or ``full``; None:
+    start-up, before any graph)."""
 
     source: str
     url: str
@@ -31,6 +33,13 @@ class Fact:
     sm: str
     said: str
     compare: Callable[[dict], tuple[str, str]]
+    graph: str | None = "tc_piecewise"
+
+    def replayed(self, row: dict) -> str:
+        """The cell's outcome for the graph this fact concerns, named."""
+        if self.graph is None:
+            return str(row["outcome"])
+        return f"{self.graph}: {row['outcome'] if self.graph == 'tc_piecewise' else row.get(self.graph)}"
 
 
 def _ci_runs(row: dict) -> tuple[str, str]:
@@ -97,7 +106,7 @@ FACTS = (
          "GLM-5-NVFP4 served with tc_piecewise prefill graphs on B200 passes CI", _ci_runs),
     Fact("sglang#26087", "https://github.com/sgl-project/sglang/issues/26087", ("0.5.12",), "12.0",
          "GLM-5.1-NVFP4 on 8x RTX PRO 6000: every DSA backend stops at start-up at DeepGEMM's "
-         "\"Unsupported architecture\"", _deepgemm),
+         "\"Unsupported architecture\"", _deepgemm, graph=None),
     Fact("sglang#29562", "https://github.com/sgl-project/sglang/issues/29562",
          tuple(v for v in versions.VERSIONS if versions.order("0.5.14") <= versions.order(v)
                <= versions.order("0.5.21")), "12.0",
@@ -111,7 +120,7 @@ FACTS = (
          tuple(v for v in versions.VERSIONS if versions.order("0.5.15") <= versions.order(v)),
          "all", "breakable capture keeps each break's inputs as weak_ref_tensor views; the graph "
          "pool gives their memory to buckets captured later: wrong greedy output or an illegal "
-         "memory access (its fix, sglang#37448, is in no release here)", _weak_refs),
+         "memory access (its fix, sglang#37448, is in no release here)", _weak_refs, "breakable"),
 )  # fmt: skip
 """The upstream facts the replay is held against (each release's cell of the SM named; ``all``
 for every SM)."""
@@ -128,7 +137,7 @@ def agreement(rows: list[dict]) -> list[dict]:
             verdict, why = fact.compare(row)
             found.append({"source": fact.source, "upstream saw": fact.said,
                           "release": row["sglang_version"], "SM": row["sm"],
-                          "replay": row["outcome"], "verdict": verdict, "why": why,
+                          "replay": fact.replayed(row), "verdict": verdict, "why": why,
                           "url": fact.url})  # fmt: skip
         if not cells:
             found.append({"source": fact.source, "upstream saw": fact.said,

@@ -18,8 +18,8 @@ the release's class is built (``model.build``) and its piecewise runner is drive
   has no part; then the same runner eagerly with the same patch, and the logits of both compared;
 * **captured** (MODE ``breakable`` or ``full``): the release's capture and replays (``prefill_walk``).
 
-Each walk has a fork of its own: walks in one process change each other (the first compile's
-trace fills memos the next one finds filled: sgl_kernel's ``is_arch_support_pdl``).
+Each walk has a fork of its own: walks in one process change each other (memos of the release
+and its kernels, attributes its layers set at their first forward, dynamo's caches).
 
 CUDA_HOMES and MODES (one per CHECKPOINT) are comma-separated; OUT holds ``replays`` in order."""
 

@@ -29,6 +29,7 @@ import contextlib
 import importlib
 import os
 import re
+import sys
 import types
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -278,8 +279,9 @@ def eager_only_kernels() -> list[dict]:
 @contextlib.contextmanager
 def device_queries(sm: tuple[int, int]) -> Iterator[list[dict]]:
     """``torch.cuda.current_device`` / ``get_device_capability`` answering as one GPU of ``sm``
-    (sgl_kernel's ``is_arch_support_pdl`` asks them while traced; dynamo folds them to constants
-    on a GPU); ``torch.cuda.is_available`` stays False, so dynamo saves no CUDA RNG state."""
+    (sgl_kernel's ``is_arch_support_pdl`` asks them; its memo filled on entry, as the release's
+    eager forwards fill it before any compile on a GPU); ``torch.cuda.is_available`` stays False,
+    so dynamo saves no CUDA RNG state."""
     from fp4lab.compile import target
 
     props = types.SimpleNamespace(name=f"simulated SM{sm[0]}{sm[1]}", major=sm[0], minor=sm[1],
@@ -289,7 +291,15 @@ def device_queries(sm: tuple[int, int]) -> Iterator[list[dict]]:
         target.attribute_replaced(torch.cuda, "get_device_capability", lambda device=None: sm),
         target.attribute_replaced(torch.cuda, "get_device_properties", lambda device=None: props),
     ):
+        pdl = sys.modules.get("sgl_kernel.utils")
+        if pdl is not None and hasattr(pdl, "is_arch_support_pdl"):
+            pdl.is_arch_support_pdl()  # see the record below
         yield [record("device_queries", "torch.cuda.current_device, get_device_capability, "
                        "get_device_properties",
                        "a CPU build of torch raises on them; sgl_kernel's wrappers ask them for "
-                       "PDL support, which dynamo folds to a constant on a GPU")]  # fmt: skip
+                       "PDL support, which dynamo folds to a constant on a GPU. sgl_kernel's "
+                       "memoised is_arch_support_pdl is asked once here, as the release's eager "
+                       "forwards before its compile ask it on a GPU (fp4lab's eager CPU kernels "
+                       "stand in above the wrappers that ask it); left empty, dynamo's guard on "
+                       "the memo recompiles the model once the first compiled forward fills "
+                       "it")]  # fmt: skip
