@@ -278,10 +278,9 @@ def eager_only_kernels() -> list[dict]:
 
 @contextlib.contextmanager
 def device_queries(sm: tuple[int, int]) -> Iterator[list[dict]]:
-    """``torch.cuda.current_device`` / ``get_device_capability`` answering as one GPU of ``sm``
-    (sgl_kernel's ``is_arch_support_pdl`` asks them; its memo filled on entry, as the release's
-    eager forwards fill it before any compile on a GPU); ``torch.cuda.is_available`` stays False,
-    so dynamo saves no CUDA RNG state."""
+    """``torch.cuda``'s device queries answering as one GPU of ``sm``, with which sgl_kernel's
+    ``is_arch_support_pdl`` memo is filled as a GPU's eager forwards fill it before any compile;
+    ``torch.cuda.is_available`` stays False, so dynamo saves no CUDA RNG state."""
     from fp4lab.compile import target
 
     props = types.SimpleNamespace(name=f"simulated SM{sm[0]}{sm[1]}", major=sm[0], minor=sm[1],
@@ -291,15 +290,10 @@ def device_queries(sm: tuple[int, int]) -> Iterator[list[dict]]:
         target.attribute_replaced(torch.cuda, "get_device_capability", lambda device=None: sm),
         target.attribute_replaced(torch.cuda, "get_device_properties", lambda device=None: props),
     ):
-        pdl = sys.modules.get("sgl_kernel.utils")
-        if pdl is not None and hasattr(pdl, "is_arch_support_pdl"):
-            pdl.is_arch_support_pdl()  # see the record below
-        yield [record("device_queries", "torch.cuda.current_device, get_device_capability, "
-                       "get_device_properties",
-                       "a CPU build of torch raises on them; sgl_kernel's wrappers ask them for "
-                       "PDL support, which dynamo folds to a constant on a GPU. sgl_kernel's "
-                       "memoised is_arch_support_pdl is asked once here, as the release's eager "
-                       "forwards before its compile ask it on a GPU (fp4lab's eager CPU kernels "
-                       "stand in above the wrappers that ask it); left empty, dynamo's guard on "
-                       "the memo recompiles the model once the first compiled forward fills "
-                       "it")]  # fmt: skip
+        getattr(sys.modules.get("sgl_kernel.utils"), "is_arch_support_pdl", bool)()  # why: below
+        yield [record("device_queries", "torch.cuda.current_device, get_device_capability, get_device_properties",
+                       "a CPU build of torch raises on them; sgl_kernel's wrappers ask them for PDL support, which "
+                       "dynamo folds to a constant on a GPU. sgl_kernel's memoised is_arch_support_pdl is asked "
+                       "once here, as the release's eager forwards before its compile ask it on a GPU (fp4lab's "
+                       "eager CPU kernels stand in above the wrappers that ask it); left empty, dynamo's guard "
+                       "on the memo recompiles the model once the first compiled forward fills it")]  # fmt: skip
