@@ -39,7 +39,8 @@ class Fact:
         """The cell's outcome for the graph this fact concerns, named."""
         if self.graph is None:
             return str(row["outcome"])
-        return f"{self.graph}: {row['outcome'] if self.graph == 'tc_piecewise' else row.get(self.graph)}"
+        outcome = row["outcome"] if self.graph == "tc_piecewise" else row.get(self.graph)
+        return f"{self.graph}: {outcome}"
 
 
 def _ci_runs(row: dict) -> tuple[str, str]:

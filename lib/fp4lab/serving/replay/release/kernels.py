@@ -290,7 +290,8 @@ def device_queries(sm: tuple[int, int]) -> Iterator[list[dict]]:
         target.attribute_replaced(torch.cuda, "get_device_capability", lambda device=None: sm),
         target.attribute_replaced(torch.cuda, "get_device_properties", lambda device=None: props),
     ):
-        getattr(sys.modules.get("sgl_kernel.utils"), "is_arch_support_pdl", bool)()  # why: below
+        if pdl := getattr(sys.modules.get("sgl_kernel.utils"), "is_arch_support_pdl", None):
+            pdl()  # its memo filled, as a GPU's eager forwards fill it (the record below)
         yield [record("device_queries", "torch.cuda.current_device, get_device_capability, get_device_properties",
                        "a CPU build of torch raises on them; sgl_kernel's wrappers ask them for PDL support, which "
                        "dynamo folds to a constant on a GPU. sgl_kernel's memoised is_arch_support_pdl is asked "
