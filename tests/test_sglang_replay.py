@@ -29,7 +29,7 @@ import resolutions
 from browser import environment_lines, exported
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
-from fp4lab.serving import standins
+from fp4lab.serving import kernel_binaries, standins
 from fp4lab.serving.replay import decide, env, kept, matrix, pool, scan, study, timeline, versions
 from fp4lab.serving.replay.release import resolution, split_check
 from fp4lab.serving.replay.release import runner as replay_runner
@@ -262,29 +262,94 @@ from fp4lab.serving.replay.release.inside import simulated_gpu
 with simulated_gpu((int(sys.argv[1]), 0)):
     import flashinfer
     from fp4lab.serving.replay.release import availability
-    found = availability.check({"attention_backend.forward": 1, "sglang::fp4_gemm": 1},
-                               {"attention_backend": "dsa", "dsa_prefill_backend": "trtllm"},
+    reached = dict.fromkeys(sys.argv[2].split(","), 1)
+    found = availability.check(reached, {"attention_backend": "dsa", "dsa_prefill_backend": "trtllm"},
                                (int(sys.argv[1]), 0))
 print(json.dumps(found))
 """
 
 
-@pytest.mark.parametrize("major", [9, 10, 12])
-def test_a_kernel_is_unavailable_on_one_sm_and_available_on_another(later_release, major):
-    """The release's own FlashInfer says so: trtllm-gen FMHA's arch check admits SM10x only, and
-    mm_fp4 declares no SM9.0 backend."""
-    run, _, _ = later_release
-    done = subprocess.run([str(run.environment.python), "-c", AVAILABILITY, str(major)],
+def _availability(run: pool.VersionRun, major: int, reached: list[str]) -> dict[str, dict]:
+    done = subprocess.run([str(run.environment.python), "-c", AVAILABILITY, str(major), ",".join(reached)],
                           capture_output=True, text=True, timeout=300,
                           env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")})  # fmt: skip
     assert done.returncode == 0, done.stderr[-2000:]
-    said = {k["kernel"]: k for k in json.loads(done.stdout.splitlines()[-1])}
+    return {k["kernel"]: k for k in json.loads(done.stdout.splitlines()[-1])}
+
+
+SGL_KERNEL_READ = (
+    r"\(read from (the installed file|sglang_kernel-[\w.]+-cp310-abi3-manylinux\w+\.whl)\)$"
+)
+"""Where an environment's op library targets were read: its installed file, or (an environment
+built before fp4lab read them) the published wheel."""
+
+
+@pytest.mark.parametrize("major", [9, 10, 12])
+def test_a_kernel_is_unavailable_on_one_sm_and_available_on_another(later_release, major):
+    """The release's own FlashInfer says so: trtllm-gen FMHA's arch check admits SM10x only, and
+    mm_fp4 declares no SM9.0 backend. sgl_kernel's loader picks its SM90 build on SM9.0, its SM100
+    build elsewhere, and each carries a cubin for the SM; FlashInfer's norm module has no arch
+    restriction of its own."""
+    run, _, _ = later_release
+    said = _availability(run, major, ["attention_backend.forward", "sglang::fp4_gemm",
+                                      "sgl_kernel::rmsnorm", "flashinfer.norm.rmsnorm"])  # fmt: skip
+    ops = said["sgl_kernel::rmsnorm"]
+    build = "sm90" if major == 9 else "sm100"
+    assert (ops["library"], ops["available"]) == ("sgl_kernel", "yes"), ops
+    assert ops["evidence"].startswith(
+        f"sgl_kernel/load_utils.py:_load_architecture_specific_ops "
+        f"picks sgl_kernel/{build}/common_ops.abi3.so on SM{major}.0: "
+    )
+    assert re.search(
+        rf": (\d+) of its \1 compilation units carry an sm_{major}0 cubin", ops["evidence"]
+    )
+    assert re.search(SGL_KERNEL_READ, ops["evidence"]), ops["evidence"]
+    norm = said["FlashInfer RMSNorm"]
+    assert norm["available"] == "yes" and "with no arch restriction of its own" in norm["evidence"]
     fmha = said["FlashInfer trtllm-gen FMHA (TllmGenFmhaRunner)"]
     assert fmha["available"] == ("yes" if major == 10 else "no"), fmha
     assert re.search(r"fmhaRunner\.cuh:\d+: FLASHINFER_CHECK\(mSM == kSM_100", fmha["evidence"])
     gemm = said["FlashInfer mm_fp4"]
     assert gemm["available"] == ("no" if major == 9 else "yes"), gemm
     assert f"({major}0) is {major != 9}" in gemm["evidence"]
+
+
+def test_an_sm_sgl_kernels_op_library_has_no_code_for_is_a_kernel_unavailable(later_release):
+    """SM11.0 (Jetson Thor): sgl_kernel's loader picks its SM100 build, which carries cubins for
+    SM8.0-SM12.0 but none of major 11 and no PTX."""
+    run, _, _ = later_release
+    ops = _availability(run, 11, ["sgl_kernel::rmsnorm"])["sgl_kernel::rmsnorm"]
+    assert ops["available"] == "no", ops
+    assert "picks sgl_kernel/sm100/common_ops.abi3.so on SM11.0: 0 of its" in ops["evidence"]
+    assert "none holds PTX at or below compute_110" in ops["evidence"]
+
+
+def test_the_published_wheel_gives_the_targets_the_environment_recorded(later_release):
+    """The two sources of an op library's targets agree: the environment's manifest (read from
+    the installed file when it was built) and the same file in the wheel PyPI publishes, fetched
+    by range and checked against the installed RECORD."""
+    run, _, _ = later_release
+    site = standins.site_packages(str(run.environment.python))
+    [entry] = [e for e in json.loads((site.parents[2] / standins.MANIFEST).read_text())
+               if e["name"] == standins.BINARIES_REMOVED]  # fmt: skip
+    [dist_info] = site.glob("sglang_kernel-*.dist-info")
+    published = kernel_binaries.published(dist_info, sorted(entry["targets"]))
+
+    def without_source(found: dict) -> dict:
+        return {k: {f: v for f, v in t.items() if f != "read_from"} for k, t in found.items()}
+
+    assert without_source(published) == without_source(entry["targets"])
+    assert {k: t["units"] > 0 for k, t in published.items()} == {
+        "sgl_kernel/sm100/common_ops.abi3.so": True, "sgl_kernel/sm90/common_ops.abi3.so": True}  # fmt: skip
+
+
+def test_an_op_library_runs_where_every_unit_carries_the_sms_cubin_and_not_where_none_can():
+    built = {"units": 4, "cubin": {"90": 4, "100": 4, "120": 3}, "ptx": {}}
+    assert kernel_binaries.runs_on(built, (10, 0))[0] is True
+    assert kernel_binaries.runs_on(built, (12, 0))[0] is None, "3 of 4 units: which op is unknown"
+    assert kernel_binaries.runs_on(built, (10, 3))[0] is None, "sm_100 code of its major"
+    assert kernel_binaries.runs_on(built, (11, 0))[0] is False
+    assert kernel_binaries.runs_on({**built, "ptx": {"90": 4}}, (11, 0))[0] is None, "PTX to JIT"
 
 
 REGISTRY = """

@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import subprocess
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
+
+from fp4lab.serving import kernel_binaries
 
 
 @dataclass(frozen=True)
@@ -96,12 +99,37 @@ def _drop_kernel_binaries(site: Path) -> dict:
     package = site / KERNEL_BINARIES
     binaries = sorted(p for p in package.rglob("*.so*") if p.is_file())
     sizes = sum(p.stat().st_size for p in binaries)
+    read = {f"{KERNEL_BINARIES}/{p.relative_to(package)}": kernel_binaries.installed(p)
+            | {"read_from": "the installed file"}
+            for p in binaries if p.name.startswith(kernel_binaries.OP_LIBRARIES)}  # fmt: skip
     for binary in binaries:
         binary.unlink()
     return {"name": BINARIES_REMOVED, "file": f"{KERNEL_BINARIES}/**/*.so",
             "removed": [str(p.relative_to(package)) for p in binaries], "bytes": sizes,
+            "targets": read,
             "why": "CUDA-only binaries that cannot load without CUDA (the import uses the "
-            "stand-in); removed to keep them out of build/"}  # fmt: skip
+            "stand-in); removed to keep them out of build/, their op libraries' GPU targets "
+            "read first"}  # fmt: skip
+
+
+def _targets_read(entry: dict, site: Path) -> bool:
+    """The removed op libraries' GPU targets added to ``entry`` (an environment built before
+    fp4lab read them): from the published wheel, or the reason they could not be read (asked
+    again at the next use)."""
+    if "targets" in entry:
+        return False
+    members = [f"{KERNEL_BINARIES}/{r}" for r in entry["removed"]
+               if Path(r).name.startswith(kernel_binaries.OP_LIBRARIES)]  # fmt: skip
+    dist_info = next((p for name in KERNEL_PACKAGES
+                      for p in site.glob(f"{name.replace('-', '_')}-*.dist-info")), None)  # fmt: skip
+    try:
+        if dist_info is None:
+            raise LookupError(f"no dist-info of {' or '.join(KERNEL_PACKAGES)} in the environment")
+        entry["targets"] = kernel_binaries.published(dist_info, members)
+        entry.pop("targets_error", None)
+    except (OSError, LookupError, ValueError, KeyError, zipfile.BadZipFile) as exc:
+        entry["targets_error"] = f"{type(exc).__name__}: {exc}"
+    return True
 
 
 def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
@@ -119,7 +147,10 @@ def apply(python: str | Path, prelude: str = "") -> tuple[list[dict], str]:
     errors = _import_errors(python, [s.imports for s in pending], prelude) if pending else {}
     written = [standin for standin in pending if errors[standin.imports]]
     kernel = "sgl_kernel_ops" in done | {s.name for s in written} and BINARIES_REMOVED not in done
+    removed_before = next((e for e in applied if e["name"] == BINARIES_REMOVED), None)
     if not (written or kernel):  # every import works, or its stand-in is in place already
+        if removed_before and _targets_read(removed_before, site_packages(python)):
+            manifest.write_text(json.dumps(applied, indent=1))
         return applied, ""
     site = site_packages(python)
     for standin in written:

@@ -10,10 +10,12 @@ library that ships the real one:
 - ``jit``: FlashInfer's own module getter for the SM, run up to its build (its arch gate raises
   "No supported CUDA architectures"; the spec it returns names the ``sm_`` targets it compiles);
 - ``gate``: a ``FLASHINFER_CHECK`` on the SM in a header FlashInfer ships (trtllm-gen FMHA's
-  ``TllmGenFmhaRunner``: "Unsupported architecture").
+  ``TllmGenFmhaRunner``: "Unsupported architecture");
+- an ``sgl_kernel::`` op: the GPU targets of the op library sgl_kernel's own loader picks for
+  the SM (``op_library``).
 
 Each answer is ``yes``, ``no`` or ``unknown`` (no evidence could be read: a Triton kernel, a
-compiled sgl_kernel op, a getter that fetches cubins first), with the evidence in words.
+kernel SGLang builds at run time, a getter that fetches cubins first), with the evidence in words.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
-from fp4lab.serving.replay.release import inside
+from fp4lab.serving.replay.release import inside, op_library
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
 
@@ -38,6 +40,7 @@ FP4_QUANTIZE = (("flashinfer.quantization.fp4_quantization", "flashinfer.fp4_qua
 FMHA_GATE = ("flashinfer/data/include/flashinfer/trtllm/fmha/fmhaRunner.cuh",
              "Unsupported architecture")  # fmt: skip
 SPARSE_MLA_SM120 = ("flashinfer.mla._sparse_mla_sm120", "sparse_mla_sm120_decode_dsv3_2")
+NORM = ("flashinfer.norm", "get_norm_module", None)
 
 REACHED_KERNELS: dict[str, tuple[str, str, tuple]] = {
     "sglang::fp4_gemm": ("FlashInfer mm_fp4", "declared", ("flashinfer.gemm", "mm_fp4")),
@@ -56,9 +59,15 @@ REACHED_KERNELS: dict[str, tuple[str, str, tuple]] = {
     "sglang.srt.layers.moe.moe_runner.flashinfer_trtllm.fp4_quantize": (
         "FlashInfer FP4 quantize", "jit", FP4_QUANTIZE),
     "flashinfer.nvfp4_block_scale_interleave": ("FlashInfer FP4 quantize", "jit", FP4_QUANTIZE),
+    "flashinfer.norm.rmsnorm": ("FlashInfer RMSNorm", "jit", NORM),
+    "flashinfer.norm.fused_add_rmsnorm": ("FlashInfer fused add RMSNorm", "jit", NORM),
 }  # fmt: skip
 """Each stand-in kernel name ``reached.REACHED`` counts whose real kernel has evidence to read:
 the real kernel, the kind of evidence, and where to read it."""
+
+SGL_KERNEL_OPS = "sgl_kernel::"
+"""A reached op of sgl_kernel's op library (``torch.ops.sgl_kernel``): asked of the library its
+own loader picks on the SM (``op_library``)."""
 
 ATTENTION_KERNELS: dict[str, tuple[str, str, tuple]] = {
     "trtllm": ("FlashInfer trtllm-gen FMHA (TllmGenFmhaRunner)", "gate", FMHA_GATE),
@@ -174,15 +183,18 @@ def jit(where: tuple, sm: tuple[int, int]) -> tuple[str, str]:
     args = () if arch is None else (arch.format(major=sm[0], minor=sm[1]),)
     call = f"{name}({', '.join(map(repr, args))})"
     try:
-        with _stopped_at_build() as targets:
-            if not targets:  # FlashInfer could not name this GPU's arch here: nothing to ask
+        with _stopped_at_build() as made_for:
+            if not made_for:  # FlashInfer could not name this GPU's arch here: nothing to ask
                 return UNKNOWN, "FlashInfer's compilation context found no target arch here"
             inspect.unwrap(getter)(*args)
     except _Built as built:
         flags = " ".join(str(f) for f in getattr(built.spec, "extra_cuda_cflags", None) or [])
         targets = sorted(set(re.findall(r"code=sm_(\d+[a-z]?)", flags)))
-        if not targets:
-            return UNKNOWN, f"{call} builds {built.spec.name} (no sm_ target in its flags)"
+        if not targets:  # FlashInfer's build adds its compilation context's targets: this SM's
+            archs = ", ".join(f"sm_{a[0]}{a[1]}" for a in sorted(made_for))
+            return YES, (f"{call} builds {built.spec.name} with no arch restriction of its own, "
+                         f"so FlashInfer compiles it for its compilation context's {archs} "
+                         f"({_where(getter)})")  # fmt: skip
         ok = any(re.fullmatch(rf"{sm[0]}{sm[1]}[af]?", t) for t in targets)
         return (YES if ok else NO), (f"{call} builds {built.spec.name} for "
                                      f"{', '.join('sm_' + t for t in targets)} ({_where(getter)})")  # fmt: skip
@@ -256,6 +268,10 @@ def check(reached: Mapping[str, int], server_args: Mapping[str, Any],
 def _check(reached: Mapping[str, int], server_args: Mapping[str, Any],
            sm: tuple[int, int]) -> list[dict]:  # fmt: skip
     found = []
+    said = {True: YES, False: NO, None: UNKNOWN}
+    if any(k.startswith(SGL_KERNEL_OPS) for k, n in reached.items() if n):
+        answer, evidence = op_library.available(sm)
+        sgl_kernel = (said[answer], evidence)
     for name in sorted(k for k, n in reached.items() if n):
         chosen = f"reached as {name}"
         if name == "attention_backend.forward" and (pick := attention_choice(server_args)):
@@ -264,6 +280,10 @@ def _check(reached: Mapping[str, int], server_args: Mapping[str, Any],
             chosen = f"the release resolved {argument}={backend}"
         elif name in REACHED_KERNELS:
             kernel, kind, where = REACHED_KERNELS[name]
+        elif name.startswith(SGL_KERNEL_OPS):
+            found.append({"kernel": name, "library": "sgl_kernel", "available": sgl_kernel[0],
+                          "evidence": sgl_kernel[1], "chosen": chosen, "reached_as": name})  # fmt: skip
+            continue
         else:
             found.append({"kernel": name, "library": None, "available": UNKNOWN,
                           "evidence": "no arch evidence read for this kernel", "chosen": chosen})  # fmt: skip
