@@ -3,7 +3,8 @@
     python -m fp4lab.serving.replay.release.child OUT.json replay SM CUDA_HOMES MODES CHECKPOINT...
 
 The release is imported once for a simulated GPU of SM (``model.imported``; its model registry
-too where that changes nothing: ``registry``); then, in a fork per tiny CHECKPOINT folder
+too where that changes nothing, and the modules dynamo imports at its first trace: ``registry``);
+then, in a fork per tiny CHECKPOINT folder
 (``models.write_tiny``; GLM-5's ``GlmMoeDsaForCausalLM`` in the story) and its walk (``MODES``),
 the release's class is built (``model.build``) and its piecewise runner is driven on it
 (``runner.drive``), as the server's ``ModelRunner`` does:
@@ -216,6 +217,7 @@ def replay_all(sm: tuple[int, int], cuda_homes: list[str], modes: list[str], out
     try:
         with model.imported(sm) as release:
             once = registry.imported_once(sm, out.with_name(f"{out.stem}-registry.json"))
+            registry.lazy_imports()
             return {"registry": once, "replays": [
                 forks.forked(lambda c=c, m=m: replay(release, cuda_homes, m, out, c),
                              out.with_name(f"{out.stem}-{i}.json"), MODEL_TIMEOUT_S)

@@ -10,10 +10,14 @@ imports the registry once, under the stand-ins a walk imports it under
 Whether it does is asked first in a throwaway fork (``failures``): a model module that fails
 with anything but a package missing from the environment (the same in every process) leaves the
 import to each walk, as before.
+
+Likewise the modules of torch and sympy that dynamo imports at its first trace (``LAZY``): each
+walk's fork imported them again (about 0.1-0.5 s a fork); they import nothing of the release.
 """
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import logging
 from pathlib import Path
@@ -30,6 +34,24 @@ missing on this machine (the release's words): the same in every process. A modu
 environment lacks does not count: where every other module imports, the registry would be imported
 here, and with it SGLang's MoE layer ahead of a walk's MoE set-up; 0.5.3.post2-0.5.9's layer reads
 the MoE runner backend when imported (0.5.3.post2's DeepSeek then took another MoE path)."""
+
+
+LAZY = ("torch.distributed.tensor.experimental._func_map", "torch._dynamo.backends.inductor",
+        "torch._export.passes.add_runtime_assertions_for_constraints_pass", "torch.export._trace",
+        "torch._higher_order_ops.passes.inline_invoke_subgraph",
+        "torch._functorch._aot_autograd.subclass_codegen", "torch._inductor.hooks",
+        "torch._subclasses.schema_check_mode", "torch._dynamo.dce_extra_outputs",
+        "sympy.physics.units", "sympy.combinatorics", "sympy.tensor.tensor")  # fmt: skip
+"""Modules dynamo (torch 2.13) and sympy import lazily at a first trace: dynamo's ``local_map``
+check, its backends, export's passes, sympy's unit and group modules its simplification asks."""
+
+
+def lazy_imports() -> None:
+    """``LAZY`` imported in this process, so that the forks find them; one a torch lacks is left
+    to the forks (only their speed depends on it)."""
+    for name in LAZY:
+        with contextlib.suppress(ImportError):
+            importlib.import_module(name)
 
 
 class _Skipped(logging.Handler):

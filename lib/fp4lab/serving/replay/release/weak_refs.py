@@ -98,6 +98,14 @@ def _storage(tensor: torch.Tensor) -> int:
     return tensor.untyped_storage()._cdata
 
 
+def _free(watched: Watched) -> dict[int, bool]:
+    """Each held storage: whether nothing but its views holds it."""
+    probe = torch.empty(1)
+    extra = torch._C._storage_Use_Count(_storage(probe)) - 1  # a storage's own Python object
+    views = Counter(_storage(h.view) for h in watched.held)  # each call made its own view
+    return {s: torch._C._storage_Use_Count(s) == n + extra for s, n in views.items()}
+
+
 def released(watched: Watched, recorded: Iterable[Any], order: list[int]) -> dict:
     """Which views' memory only the views hold once the capture and its replays are over: the
     recorder's graphs (``recorded``, nothing replays them after this) let go of their tensors
@@ -105,14 +113,13 @@ def released(watched: Watched, recorded: Iterable[Any], order: list[int]) -> dic
     as they were captured; ``at_risk``: released in a bucket another was captured after."""
     for graph in recorded:
         getattr(graph, "ops", []).clear()
-    gc.collect()
-    probe = torch.empty(1)
-    extra = torch._C._storage_Use_Count(_storage(probe)) - 1  # a storage's own Python object
-    views = Counter(_storage(h.view) for h in watched.held)  # each call made its own view
+    frees = _free(watched)
+    if not all(frees.values()):  # a collection frees more, never less: run it where it may
+        gc.collect()  # (a full one walks the whole heap, which the release's capture unfroze)
+        frees = _free(watched)
     by_frame: dict[str, dict[str, int]] = {}
     for h in watched.held:
-        storage = _storage(h.view)
-        free = torch._C._storage_Use_Count(storage) == views[storage] + extra
+        free = frees[_storage(h.view)]
         later = h.bucket in order and order.index(h.bucket) < len(order) - 1
         row = by_frame.setdefault(h.frame, {"held": 0, "released": 0, "at_risk": 0})
         row["held"] += 1
