@@ -4,10 +4,9 @@
 
 The release is imported once for a simulated GPU of SM (``model.imported``; its model registry
 too where that changes nothing, and the modules dynamo imports at its first trace: ``registry``);
-then, in a fork per tiny CHECKPOINT folder
-(``models.write_tiny``; GLM-5's ``GlmMoeDsaForCausalLM`` in the story) and its walk (``MODES``),
-the release's class is built (``model.build``) and its piecewise runner is driven on it
-(``runner.drive``), as the server's ``ModelRunner`` does:
+then, in a fork per tiny CHECKPOINT folder (``models.write_tiny``; GLM-5's ``GlmMoeDsaForCausalLM``
+in the story) and its walk (``MODES``), the release's class is built (``model.build``) and its
+piecewise runner is driven on it (``runner.drive``), as the server's ``ModelRunner`` does:
 
 * **eager** (every walk but ``breakable``, first): the runner without ``install_torch_compiled``;
 * **chain** (MODE ``chain`` or ``story``): the story's blocker chain through the runner, each
@@ -217,7 +216,6 @@ def replay_all(sm: tuple[int, int], cuda_homes: list[str], modes: list[str], out
     try:
         with model.imported(sm) as release:
             once = registry.imported_once(sm, out.with_name(f"{out.stem}-registry.json"))
-            registry.lazy_imports()
             return {"registry": once, "replays": [
                 forks.forked(lambda c=c, m=m: replay(release, cuda_homes, m, out, c),
                              out.with_name(f"{out.stem}-{i}.json"), MODEL_TIMEOUT_S)
