@@ -11,7 +11,9 @@ and checked against the installed RECORD's sha256.
 from __future__ import annotations
 
 import base64
+import email
 import hashlib
+import importlib.metadata
 import io
 import json
 import mmap
@@ -133,11 +135,9 @@ class _Ranged(io.RawIOBase):
 def published(dist_info: Path, members: list[str]) -> dict[str, dict]:
     """The targets of ``members`` (paths in site-packages) read from the wheel PyPI publishes for
     the distribution at ``dist_info``, each checked against the installed RECORD's sha256."""
-    metadata = dict(line.split(": ", 1) for line in (dist_info / "METADATA").read_text().splitlines()
-                    if ": " in line and not line.startswith(" "))  # fmt: skip
-    tags = [line.split(": ", 1)[1] for line in (dist_info / "WHEEL").read_text().splitlines()
-            if line.startswith("Tag: ")]  # fmt: skip
-    name, version = metadata["Name"], metadata["Version"]
+    distribution = importlib.metadata.PathDistribution(dist_info)
+    name, version = distribution.metadata["Name"], distribution.version
+    tags = email.message_from_string(distribution.read_text("WHEEL") or "").get_all("Tag") or []
     project = name.lower().replace("_", "-")
     asked = urllib.request.Request(
         f"{PYPI}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
