@@ -267,11 +267,8 @@ def check(reached: Mapping[str, int], server_args: Mapping[str, Any],
 
 def _check(reached: Mapping[str, int], server_args: Mapping[str, Any],
            sm: tuple[int, int]) -> list[dict]:  # fmt: skip
-    found = []
-    said = {True: YES, False: NO, None: UNKNOWN}
-    if any(k.startswith(SGL_KERNEL_OPS) for k, n in reached.items() if n):
-        answer, evidence = op_library.available(sm)
-        sgl_kernel = (said[answer], evidence)
+    found: list[dict] = []
+    ops: tuple[bool | None, str] | None = None  # asked once, at the first sgl_kernel op
     for name in sorted(k for k, n in reached.items() if n):
         chosen = f"reached as {name}"
         if name == "attention_backend.forward" and (pick := attention_choice(server_args)):
@@ -281,8 +278,10 @@ def _check(reached: Mapping[str, int], server_args: Mapping[str, Any],
         elif name in REACHED_KERNELS:
             kernel, kind, where = REACHED_KERNELS[name]
         elif name.startswith(SGL_KERNEL_OPS):
-            found.append({"kernel": name, "library": "sgl_kernel", "available": sgl_kernel[0],
-                          "evidence": sgl_kernel[1], "chosen": chosen, "reached_as": name})  # fmt: skip
+            ops = ops or op_library.available(sm)
+            found.append({"kernel": name, "library": "sgl_kernel",
+                          "available": {True: YES, False: NO}.get(ops[0], UNKNOWN),
+                          "evidence": ops[1], "chosen": chosen, "reached_as": name})  # fmt: skip
             continue
         else:
             found.append({"kernel": name, "library": None, "available": UNKNOWN,
