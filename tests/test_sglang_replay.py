@@ -29,7 +29,7 @@ import resolutions
 from browser import environment_lines, exported
 from fp4lab.compile import piecewise
 from fp4lab.core import catalog, paths, records, runner, venvs
-from fp4lab.serving import kernel_binaries, standins
+from fp4lab.serving import deep_gemm_sources, kernel_binaries, standins
 from fp4lab.serving.replay import decide, env, kept, matrix, pool, scan, study, timeline, versions
 from fp4lab.serving.replay.release import resolution, split_check
 from fp4lab.serving.replay.release import runner as replay_runner
@@ -292,7 +292,8 @@ def test_a_kernel_is_unavailable_on_one_sm_and_available_on_another(later_releas
     restriction of its own."""
     run, _, _ = later_release
     said = _availability(run, major, ["attention_backend.forward", "sglang::fp4_gemm",
-                                      "sgl_kernel::rmsnorm", "flashinfer.norm.rmsnorm"])  # fmt: skip
+                                      "sgl_kernel::rmsnorm", "flashinfer.norm.rmsnorm",
+                                      "sglang::k_cache_and_topk_result"])  # fmt: skip
     ops = said["sgl_kernel::rmsnorm"]
     build = "sm90" if major == 9 else "sm100"
     assert (ops["library"], ops["available"]) == ("sgl_kernel", "yes"), ops
@@ -312,6 +313,31 @@ def test_a_kernel_is_unavailable_on_one_sm_and_available_on_another(later_releas
     gemm = said["FlashInfer mm_fp4"]
     assert gemm["available"] == ("no" if major == 9 else "yes"), gemm
     assert f"({major}0) is {major != 9}" in gemm["evidence"]
+    logits = said["DeepGEMM fp8_mqa_logits"]
+    assert logits["library"] == "deep_gemm" and logits["evidence"].startswith(
+        "sgl-deep-gemm 0.1.4.post1 (sgl_deep_gemm-0.1.4.post1-py3-none-manylinux2014_x86_64.whl, "
+        "its sha256 as PyPI's index lists it) ships "
+    ), logits
+    assert logits["available"] == {9: "yes", 10: "unknown", 12: "no"}[major], logits
+    assert {9: "impls/sm90_fp8_mqa_logits.cuh", 10: "none named sm100_fp8_mqa_logits",
+            12: "kernel sources for sm90, sm100 only, none for SM12.x"}[major] in logits["evidence"]  # fmt: skip
+
+
+def test_deepgemm_gains_sm120_kernels_in_a_later_pin_and_ships_in_the_kernel_package_before():
+    """The DeepGEMM 0.5.17 pins (sgl-deep-gemm 0.1.5.post1) ships SM120 sources where 0.5.16's
+    has none; the story's release (0.5.9) ships DeepGEMM inside sgl-kernel, read as installed."""
+    later = deep_gemm_sources.published("==0.1.5.post1")
+    assert deep_gemm_sources.runs_on(later, "fp8_mqa_logits", (12, 0)) == (
+        True, f"{later['package']} ({later['read_from']}) ships "
+        f"{deep_gemm_sources.SOURCES}sm120_fp8_mqa_logits.cuh")  # fmt: skip
+    story = env.ensure_env(versions.STORY_VERSION).deep_gemm
+    assert (story["package"], story["read_from"]) == (
+        "deep_gemm of sgl-kernel 0.3.21",
+        "the installed files",
+    )
+    assert deep_gemm_sources.runs_on(story, "fp8_mqa_logits", (12, 0))[0] is False
+    assert deep_gemm_sources.runs_on(story, "fp8_mqa_logits", (9, 0))[0] is True
+    assert deep_gemm_sources.runs_on(story, "clean_logits", (12, 0))[0] is None, "smxx: any arch"
 
 
 def test_an_sm_sgl_kernels_op_library_has_no_code_for_is_a_kernel_unavailable(later_release):

@@ -386,7 +386,7 @@ def test_upstreams_facts_are_held_against_the_replays_cells_both_ways():
         _row("0.5.17", "12.0", "compiles", kernel_backends=trtllm, kernels=[]),
         _row("0.5.21", "12.0", "blocked", blockers=[musa],
              kernel_backends={**trtllm, "dsa_prefill_backend": "flashinfer_sparse_mla"}),
-        _row("0.5.12", "12.0", "compiles"),
+        _row("0.5.12", "12.0", "compiles", deep_gemm={"available": "no", "evidence": "sm90 only"}),
     ]  # fmt: skip
     held = {(r["source"], r["release"], r["SM"]): r["verdict"] for r in upstream.agreement(rows)}
     ci = "upstream CI (test_pcg_glm5_fp4.py)"
@@ -395,14 +395,16 @@ def test_upstreams_facts_are_held_against_the_replays_cells_both_ways():
     assert held["sglang#29562", "0.5.16", "12.0"] == "agree"
     assert held["sglang#29562", "0.5.17", "12.0"] == "not comparable", "no FMHA kernel recorded"
     assert held["sglang#29562", "0.5.21", "12.0"] == "disagree"
-    assert held["sglang#26087", "0.5.12", "12.0"] == "not comparable"
+    assert held["sglang#26087", "0.5.12", "12.0"] == "agree", "DeepGEMM has no SM12.x kernel"
     assert held["sglang#39054", "0.5.21", "12.0"] == "agree"
     assert held["sglang#37606", "0.5.15", "10.0"] == "not comparable", "no capture counted"
     rows[2]["breakable"], rows[2]["breakable_weak_refs_at_risk"] = "works", 21
     rows[3]["breakable"], rows[3]["breakable_weak_refs_at_risk"] = "works", 0
+    rows[-1]["deep_gemm"] = {"available": "unknown", "evidence": "not read"}
     found = upstream.agreement(rows)
     held = {(r["source"], r["release"], r["SM"]): r["verdict"] for r in found}
     assert held["sglang#37606", "0.5.15", "10.0"] == "agree"
+    assert held["sglang#26087", "0.5.12", "12.0"] == "not comparable", "its kernels: not read"
     replayed = {(r["source"], r["release"]): r["replay"] for r in found if r["SM"] == "10.0"}
     assert replayed["sglang#37606", "0.5.15"] == "breakable: works", "the graph the fact concerns"
     assert replayed[ci, "0.5.15"] == "tc_piecewise: blocked"

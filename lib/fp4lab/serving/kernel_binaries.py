@@ -132,6 +132,15 @@ class _Ranged(io.RawIOBase):
         return len(data)
 
 
+def index(project: str) -> list[dict]:
+    """The files PyPI publishes for ``project``: each one's name, URL, size and hashes."""
+    asked = urllib.request.Request(
+        f"{PYPI}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
+    )
+    with urllib.request.urlopen(asked, timeout=TIMEOUT_S) as answer:
+        return json.load(answer)["files"]
+
+
 def published(dist_info: Path, members: list[str]) -> dict[str, dict]:
     """The targets of ``members`` (paths in site-packages) read from the wheel PyPI publishes for
     the distribution at ``dist_info``, each checked against the installed RECORD's sha256."""
@@ -139,11 +148,7 @@ def published(dist_info: Path, members: list[str]) -> dict[str, dict]:
     name, version = distribution.metadata["Name"], distribution.version
     tags = email.message_from_string(distribution.read_text("WHEEL") or "").get_all("Tag") or []
     project = name.lower().replace("_", "-")
-    asked = urllib.request.Request(
-        f"{PYPI}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
-    )
-    with urllib.request.urlopen(asked, timeout=TIMEOUT_S) as answer:
-        files = json.load(answer)["files"]
+    files = index(project)
     prefix = f"{project.replace('-', '_')}-{version}-"
     built = {tag.rsplit("-", 1)[0] + "-" for tag in tags}  # python-abi: the platform tag the
     machine = f"{platform.machine()}.whl"  # installed WHEEL names is not the published one's

@@ -23,7 +23,7 @@ from pathlib import Path
 from packaging.utils import canonicalize_name
 
 from fp4lab.core import paths, venvs
-from fp4lab.serving import sglang_env, standins
+from fp4lab.serving import deep_gemm_sources, sglang_env, standins
 
 IMPORT_PACKAGES = (
     "numpy", "orjson", "psutil", "pybase64", "pillow", "fastapi", "msgspec", "transformers",
@@ -59,6 +59,8 @@ class CompileEnv:
     installed: dict[str, str] = field(default_factory=dict)
     differs: list[str] = field(default_factory=list)
     standins: list[dict] = field(default_factory=list)
+    deep_gemm: dict = field(default_factory=dict)
+    """DeepGEMM's kernel sources as the release ships or pins them (``deep_gemm_sources``)."""
     python_path: str = ""
     """The interpreter of a bundled release (``capture.bundled``); else the environment's own."""
     site: str = ""
@@ -186,5 +188,8 @@ def ensure_env(version: str) -> CompileEnv:
     ]
     prelude = PRELUDE.format(lib=str(paths.REPO_ROOT / "lib"))
     result.standins, result.error = standins.apply(environment.python, prelude)
+    site = standins.site_packages(str(environment.python))
+    pin = requirements.get(canonicalize_name(deep_gemm_sources.PUBLISHED))
+    result.deep_gemm = deep_gemm_sources.kept(environment.path, site, pin)
     result.status = "failed" if result.error else result.status
     return result

@@ -39,7 +39,7 @@ def key(environment: env.CompileEnv, model: models.Model, walk: str, cuda_home: 
     """The digest of everything a replay of ``model``'s ``walk`` in ``environment`` depends on."""
     stamp = environment.python.parent.parent / venvs.STAMP
     built = {k: getattr(environment, k) for k in ("version", "pins", "installed", "standins",
-                                                   "site")}  # fmt: skip
+                                                   "deep_gemm", "site")}  # fmt: skip
     parts = {"fp4lab": source_digest(), "environment": built, "python": str(environment.python),
              "steps": stamp.read_text() if stamp.exists() else None, "model": model.tiny()[:2],
              "walk": walk, "cuda_home": cuda_home if walk == "story" else None}  # fmt: skip

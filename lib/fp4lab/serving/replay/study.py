@@ -15,6 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from fp4lab.core import evidence, params, records
+from fp4lab.serving import deep_gemm_sources
 from fp4lab.serving.replay import decide, env, pool, scan, timeline, upstream, versions
 from fp4lab.serving.replay.pool import CUDA_HOME_CASES, GLM5, VersionRun
 from fp4lab.serving.replay.shared import breakable_outcome, models, patch
@@ -79,7 +80,8 @@ def record_version(rec: records.Recorder, run: VersionRun) -> list[dict]:
                            + entry.split(".model_runner.")[-1], **replay},
                 target=_target(sm))  # fmt: skip
         rows.append({**decide.cell(run.version, sm, replay, run.calls),
-                     **breakable_outcome.captured_fields(replay), "kept": replay.get("kept")})  # fmt: skip
+                     **breakable_outcome.captured_fields(replay), "kept": replay.get("kept"),
+                     "deep_gemm": deep_gemm_sources.on_sm(run.environment.deep_gemm, sm)})  # fmt: skip
     return rows
 
 

@@ -17,9 +17,6 @@ from fp4lab.serving.replay import decide, versions
 
 AGREE, DISAGREE, NOT_COMPARABLE = "agree", "disagree", "not comparable"
 
-STOOD_IN = ("the replay stands in for DeepGEMM's kernels and reads no arch evidence for them "
-            "(their availability is unknown)")  # fmt: skip
-
 
 @dataclass(frozen=True)
 class Fact:
@@ -71,7 +68,12 @@ def _dsa_trtllm_fp8(row: dict) -> tuple[str, str]:
 
 
 def _deepgemm(row: dict) -> tuple[str, str]:
-    return NOT_COMPARABLE, f"{STOOD_IN}; the replay's cell: {row['outcome']}"
+    found = row.get("deep_gemm") or {"evidence": "DeepGEMM's sources were not read"}
+    if found.get("available") != "no":
+        return NOT_COMPARABLE, f"{found['evidence']}; the replay's cell: {row['outcome']}"
+    return AGREE, (f"{found['evidence']}: upstream's \"Unsupported architecture\" is DeepGEMM "
+                   f"refusing such a GPU (that start-up calls DeepGEMM is upstream's log, not "
+                   f"replayed)")  # fmt: skip
 
 
 def _musa_probe(row: dict) -> tuple[str, str]:

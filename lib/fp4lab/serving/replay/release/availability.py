@@ -12,7 +12,8 @@ library that ships the real one:
 - ``gate``: a ``FLASHINFER_CHECK`` on the SM in a header FlashInfer ships (trtllm-gen FMHA's
   ``TllmGenFmhaRunner``: "Unsupported architecture");
 - an ``sgl_kernel::`` op: the GPU targets of the op library sgl_kernel's own loader picks for
-  the SM (``op_library``).
+  the SM (``op_library``);
+- a DeepGEMM kernel: the kernel sources DeepGEMM ships per architecture (``deep_gemm_sources``).
 
 Each answer is ``yes``, ``no`` or ``unknown`` (no evidence could be read: a Triton kernel, a
 kernel SGLang builds at run time, a getter that fetches cubins first), with the evidence in words.
@@ -29,6 +30,7 @@ from collections.abc import Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
+from fp4lab.serving import deep_gemm_sources
 from fp4lab.serving.replay.release import inside, op_library
 
 YES, NO, UNKNOWN = "yes", "no", "unknown"
@@ -229,6 +231,8 @@ def gate(where: tuple, sm: tuple[int, int]) -> tuple[str, str]:
 
 
 def _ask(kind: str, where: tuple, sm: tuple[int, int], backend: str | None) -> tuple[str, str]:
+    if kind == "read":  # answered already, by the library's own evidence
+        return {True: YES, False: NO}.get(where[0], UNKNOWN), where[1]
     if kind == "declared":
         return declared(where, sm, backend)
     if kind == "jit":
@@ -258,37 +262,35 @@ def attention_choice(server_args: Mapping[str, Any]) -> tuple[str, str] | None:
 def check(reached: Mapping[str, int], server_args: Mapping[str, Any],
           sm: tuple[int, int]) -> list[dict]:  # fmt: skip
     """Each kernel the replay reached, with its availability on ``sm`` and the evidence: the
-    stand-ins' kernels (``REACHED_KERNELS``) and, where the attention stand-in ran, the prefill
-    attention backend the release resolved; every other reached kernel is ``unknown``. Asked on
-    the simulated GPU, as FlashInfer asks its own device."""
+    stand-ins' FlashInfer kernels (``REACHED_KERNELS``), the prefill attention backend the release
+    resolved where the attention stand-in ran, sgl_kernel's ops and DeepGEMM's kernels; every
+    other reached kernel is ``unknown``. Asked on the simulated GPU, as FlashInfer asks its own
+    device."""
+    ops: list[tuple[bool | None, str]] = []  # sgl_kernel's op library, asked once
     with inside.simulated_gpu(sm):
-        return _check(reached, server_args, sm)
+        return [
+            _row(name, server_args, sm, ops) for name in sorted(k for k, n in reached.items() if n)
+        ]
 
 
-def _check(reached: Mapping[str, int], server_args: Mapping[str, Any],
-           sm: tuple[int, int]) -> list[dict]:  # fmt: skip
-    found: list[dict] = []
-    ops: tuple[bool | None, str] | None = None  # asked once, at the first sgl_kernel op
-    for name in sorted(k for k, n in reached.items() if n):
-        chosen = f"reached as {name}"
-        if name == "attention_backend.forward" and (pick := attention_choice(server_args)):
-            argument, backend = pick
-            kernel, kind, where = ATTENTION_KERNELS[backend]
-            chosen = f"the release resolved {argument}={backend}"
-        elif name in REACHED_KERNELS:
-            kernel, kind, where = REACHED_KERNELS[name]
-        elif name.startswith(SGL_KERNEL_OPS):
-            ops = ops or op_library.available(sm)
-            found.append({"kernel": name, "library": "sgl_kernel",
-                          "available": {True: YES, False: NO}.get(ops[0], UNKNOWN),
-                          "evidence": ops[1], "chosen": chosen, "reached_as": name})  # fmt: skip
-            continue
-        else:
-            found.append({"kernel": name, "library": None, "available": UNKNOWN,
-                          "evidence": "no arch evidence read for this kernel", "chosen": chosen})  # fmt: skip
-            continue
-        backend = fp4_gemm_backend() if name == "sglang::fp4_gemm" else None
-        available, said = _ask(kind, where, sm, backend)
-        found.append({"kernel": kernel, "library": "flashinfer", "available": available,
-                      "evidence": said, "chosen": chosen, "reached_as": name})  # fmt: skip
-    return found
+def _row(name: str, server_args: Mapping[str, Any], sm: tuple[int, int], ops: list) -> dict:
+    chosen, library = f"reached as {name}", "flashinfer"
+    if name == "attention_backend.forward" and (pick := attention_choice(server_args)):
+        argument, backend = pick
+        kernel, kind, where = ATTENTION_KERNELS[backend]
+        chosen = f"the release resolved {argument}={backend}"
+    elif name in REACHED_KERNELS:
+        kernel, kind, where = REACHED_KERNELS[name]
+    elif name.startswith(SGL_KERNEL_OPS):
+        ops[:] = ops or [op_library.available(sm)]
+        library, kernel, kind, where = "sgl_kernel", name, "read", ops[0]
+    elif found := deep_gemm_sources.reached(name, sm):
+        library, kernel, where = found
+        kind = "read"
+    else:
+        return {"kernel": name, "library": None, "available": UNKNOWN,
+                "evidence": "no arch evidence read for this kernel", "chosen": chosen}  # fmt: skip
+    backend = fp4_gemm_backend() if name == "sglang::fp4_gemm" else None
+    available, said = _ask(kind, where, sm, backend)
+    return {"kernel": kernel, "library": library, "available": available,
+            "evidence": said, "chosen": chosen, "reached_as": name}  # fmt: skip
