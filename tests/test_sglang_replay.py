@@ -315,9 +315,12 @@ def test_a_kernel_is_unavailable_on_one_sm_and_available_on_another(later_releas
     assert f"({major}0) is {major != 9}" in gemm["evidence"]
     logits = said["DeepGEMM fp8_mqa_logits"]
     assert logits["library"] == "deep_gemm" and logits["evidence"].startswith(
-        "sgl-deep-gemm 0.1.4.post1 (sgl_deep_gemm-0.1.4.post1-py3-none-manylinux2014_x86_64.whl, "
-        "its sha256 as PyPI's index lists it) ships "
+        "sgl-deep-gemm 0.1.4.post1 ships "
     ), logits
+    assert (
+        "(read from sgl_deep_gemm-0.1.4.post1-py3-none-manylinux2014_x86_64.whl, its sha256 "
+        "as PyPI's index lists it)" in logits["evidence"]
+    )
     assert logits["available"] == {9: "yes", 10: "unknown", 12: "no"}[major], logits
     assert {9: "impls/sm90_fp8_mqa_logits.cuh", 10: "none named sm100_fp8_mqa_logits",
             12: "kernel sources for sm90, sm100 only, none for SM12.x"}[major] in logits["evidence"]  # fmt: skip
@@ -328,8 +331,8 @@ def test_deepgemm_gains_sm120_kernels_in_a_later_pin_and_ships_in_the_kernel_pac
     has none; the story's release (0.5.9) ships DeepGEMM inside sgl-kernel, read as installed."""
     later = deep_gemm_sources.published("==0.1.5.post1")
     assert deep_gemm_sources.runs_on(later, "fp8_mqa_logits", (12, 0)) == (
-        True, f"{later['package']} ({later['read_from']}) ships "
-        f"{deep_gemm_sources.SOURCES}sm120_fp8_mqa_logits.cuh")  # fmt: skip
+        True, f"{later['package']} ships {deep_gemm_sources.SOURCES}sm120_fp8_mqa_logits.cuh "
+        f"(read from {later['read_from']})")  # fmt: skip
     story = env.ensure_env(versions.STORY_VERSION).deep_gemm
     assert (story["package"], story["read_from"]) == (
         "deep_gemm of sgl-kernel 0.3.21",

@@ -497,3 +497,18 @@ def test_the_recommendation_names_the_newest_release_and_captured_graph_that_wor
         row["breakable"] = row["full"] = "blocked"
     assert timeline.recommendation(rows, "10.0").startswith("no release measured here")
     assert timeline.to_run(rows, "10.0") == "none measured here works"
+
+
+def test_a_recommendations_kernels_name_what_the_sm_lacks_and_count_what_it_has():
+    """The per-SM kernel line fits a table cell: the kernels the SM lacks and those of unknown
+    availability by name, the available ones and those never asked counted."""
+    yes = {"kernel": "FlashInfer mm_fp4", "library": "flashinfer", "available": "yes"}
+    row = {"kernel_backends": {"attention_backend": "dsa", "moe_runner_backend": "auto"},
+           "kernels": [FMHA_NO, yes, {**yes, "kernel": "sgl_kernel::rmsnorm"},
+                       {"kernel": "DeepGEMM x", "library": "deep_gemm", "available": "unknown"},
+                       {"kernel": "aten::mm", "library": None, "available": "unknown"}]}  # fmt: skip
+    assert timeline.kernels(row) == (
+        "attention=dsa; lacks trtllm-gen FMHA (TllmGenFmhaRunner); unknown: DeepGEMM x; "
+        "2 available; 1 more with no arch evidence read"
+    )
+    assert timeline.kernels({**row, "kernels": None}) == "attention=dsa; availability not recorded"

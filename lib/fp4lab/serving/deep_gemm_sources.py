@@ -110,19 +110,19 @@ def runs_on(found: dict | None, kernel: str | None, sm: tuple[int, int]) -> tupl
         return None, "the release neither ships nor pins DeepGEMM"
     if "error" in found:
         return None, f"{found['package']}: its sources could not be read ({found['error']})"
-    arch, where = f"sm{sm[0]}0", f"{found['package']} ({found['read_from']})"
+    arch, source = f"sm{sm[0]}0", f"(read from {found['read_from']})"
     archs = sorted({s.split("_")[0] for s in found["sources"]} - {"smxx"}, key=lambda a: int(a[2:]))
     mine = [s for s in found["sources"] if s.startswith(f"{arch}_")]
+    said = f"{found['package']} ships"
     if kernel is not None and f"smxx_{kernel}" in found["sources"]:
-        return None, f"{where} ships {SOURCES}smxx_{kernel}.cuh, for any architecture it builds"
+        return None, f"{said} {SOURCES}smxx_{kernel}.cuh, for any architecture it builds {source}"
     if not mine:
-        return False, (f"{where} ships kernel sources for {', '.join(archs)} only, none for "
-                       f"SM{sm[0]}.x ({SOURCES}); DeepGEMM picks its kernel by the GPU's major "
-                       f"version")  # fmt: skip
+        return False, (f"{said} kernel sources for {', '.join(archs)} only, none for SM{sm[0]}.x "
+                       f"{source}; DeepGEMM picks its kernel by the GPU's major version")  # fmt: skip
     if kernel is not None and f"{arch}_{kernel}" in mine:
-        return True, f"{where} ships {SOURCES}{arch}_{kernel}.cuh"
+        return True, f"{said} {SOURCES}{arch}_{kernel}.cuh {source}"
     named = f", none named {arch}_{kernel}" if kernel else ""
-    return None, f"{where} ships {len(mine)} kernel sources for {arch}{named}"
+    return None, f"{said} {len(mine)} kernel sources for {arch}{named} {source}"
 
 
 def reached(name: str, sm: tuple[int, int]) -> tuple[str, str, tuple[bool | None, str]] | None:

@@ -122,22 +122,22 @@ KERNEL_CHOICES = ("attention_backend", "dsa_prefill_backend", "dsa_decode_backen
 
 
 def kernels(row: dict | None) -> str:
-    """The kernels a cell's release resolved for the model (its attention, DSA, MoE and FP4 GEMM
-    backends and KV cache dtype) and each reached kernel whose arch evidence was read, with its
-    availability on the cell's SM, in a few words; '' where none was recorded."""
+    """A cell's resolved kernel backends and KV cache dtype, the reached kernels its SM lacks or
+    may lack by name, the others counted, in a few words; '' where none was recorded."""
     chosen = (row or {}).get("kernel_backends") or {}
     said = ", ".join(f"{k.removesuffix('_backend')}={chosen[k]}" for k in KERNEL_CHOICES
                      if chosen.get(k) not in (None, "auto"))  # fmt: skip
     found = (row or {}).get("kernels")
     if found is None:
         return said + ("; availability not recorded" if said else "")
-    named = {answer: ", ".join(dict.fromkeys(k["kernel"].removeprefix("FlashInfer ") for k in found
-                                             if k["library"] and k["available"] == answer))
-             for answer in ("no", "yes", "unknown")}  # fmt: skip
-    unread = sum(not k["library"] for k in found)
-    parts = (said, named["no"] and f"lacks {named['no']}", named["yes"] and f"has {named['yes']}",
-             named["unknown"] and f"unknown: {named['unknown']}",
-             unread and f"{unread} more with no arch evidence read")  # fmt: skip
+    read = [k for k in found if k["library"]]
+    named = {answer: ", ".join(dict.fromkeys(k["kernel"].removeprefix("FlashInfer ") for k in read
+                                             if k["available"] == answer))
+             for answer in ("no", "unknown")}  # fmt: skip
+    has = len({k["kernel"] for k in read if k["available"] == "yes"})
+    parts = (said, named["no"] and f"lacks {named['no']}",
+             named["unknown"] and f"unknown: {named['unknown']}", has and f"{has} available",
+             len(found) > len(read) and f"{len(found) - len(read)} more with no arch evidence read")  # fmt: skip
     return "; ".join(p for p in parts if p)
 
 

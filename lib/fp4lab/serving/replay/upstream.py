@@ -71,8 +71,8 @@ def _deepgemm(row: dict) -> tuple[str, str]:
     found = row.get("deep_gemm") or {"evidence": "DeepGEMM's sources were not read"}
     if found.get("available") != "no":
         return NOT_COMPARABLE, f"{found['evidence']}; the replay's cell: {row['outcome']}"
-    return AGREE, (f"{found['evidence']}: upstream's \"Unsupported architecture\" is DeepGEMM "
-                   f"refusing such a GPU (that start-up calls DeepGEMM is upstream's log, not "
+    return AGREE, (f"{decide.short(found['evidence'])}: upstream's \"Unsupported architecture\" is "
+                   f"DeepGEMM refusing such a GPU (that start-up calls it is upstream's log, not "
                    f"replayed)")  # fmt: skip
 
 
