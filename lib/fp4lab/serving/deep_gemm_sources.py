@@ -16,7 +16,6 @@ import hashlib
 import importlib.metadata
 import io
 import json
-import platform
 import sys
 import urllib.request
 import zipfile
@@ -57,11 +56,7 @@ def published(pin: str) -> dict:
     if not pin.startswith("==") or "*" in pin:
         raise ValueError(f"{PUBLISHED}{pin} names no single version")
     version = pin.removeprefix("==")
-    prefix, machine = f"{PUBLISHED.replace('-', '_')}-{version}-", f"{platform.machine()}.whl"
-    wheel = next((f for f in kernel_binaries.index(PUBLISHED) if f["filename"].startswith(prefix)
-                  and f["filename"].endswith(machine)), None)  # fmt: skip
-    if wheel is None:
-        raise LookupError(f"PyPI publishes no {PUBLISHED} {version} wheel for {machine}")
+    wheel = kernel_binaries.wheel(PUBLISHED, version)
     with urllib.request.urlopen(wheel["url"], timeout=kernel_binaries.TIMEOUT_S) as answer:
         data = answer.read()
     if hashlib.sha256(data).hexdigest() != wheel["hashes"]["sha256"]:
@@ -139,5 +134,6 @@ def reached(name: str, sm: tuple[int, int]) -> tuple[str, str, tuple[bool | None
 def on_sm(found: dict | None, sm: str) -> dict:
     """Whether DeepGEMM as ``found`` has any kernel for ``sm`` ("12.0"), as a record's field:
     "no" where it ships none for the SM's major, else "unknown"; with the evidence."""
-    answer, said = runs_on(found, None, (int(sm.split(".")[0]), int(sm.split(".")[1])))
+    major, minor = (int(p) for p in sm.split("."))
+    answer, said = runs_on(found, None, (major, minor))
     return {"available": "no" if answer is False else "unknown", "evidence": said}

@@ -132,13 +132,22 @@ class _Ranged(io.RawIOBase):
         return len(data)
 
 
-def index(project: str) -> list[dict]:
-    """The files PyPI publishes for ``project``: each one's name, URL, size and hashes."""
+def wheel(project: str, version: str, built: frozenset[str] = frozenset({""})) -> dict:
+    """The wheel PyPI publishes of ``project`` at ``version`` for this machine, its python-abi
+    tag one of ``built`` (any where not told): its name, URL, size and hashes."""
     asked = urllib.request.Request(
         f"{PYPI}/{project}/", headers={"Accept": "application/vnd.pypi.simple.v1+json"}
     )
     with urllib.request.urlopen(asked, timeout=TIMEOUT_S) as answer:
-        return json.load(answer)["files"]
+        files = json.load(answer)["files"]
+    prefix, machine = f"{project.replace('-', '_')}-{version}-", f"{platform.machine()}.whl"
+    found = next((f for f in files if f["filename"].startswith(prefix) and f["filename"].endswith(machine)
+                  and any(f["filename"][len(prefix):].startswith(b) for b in built)), None)  # fmt: skip
+    if found is None:
+        raise LookupError(
+            f"PyPI publishes no {project} {version} wheel for {', '.join(sorted(built))}{machine}"
+        )
+    return found
 
 
 def published(dist_info: Path, members: list[str]) -> dict[str, dict]:
@@ -147,26 +156,19 @@ def published(dist_info: Path, members: list[str]) -> dict[str, dict]:
     distribution = importlib.metadata.PathDistribution(dist_info)
     name, version = distribution.metadata["Name"], distribution.version
     tags = email.message_from_string(distribution.read_text("WHEEL") or "").get_all("Tag") or []
-    project = name.lower().replace("_", "-")
-    files = index(project)
-    prefix = f"{project.replace('-', '_')}-{version}-"
-    built = {tag.rsplit("-", 1)[0] + "-" for tag in tags}  # python-abi: the platform tag the
-    machine = f"{platform.machine()}.whl"  # installed WHEEL names is not the published one's
-    wheel = next((f for f in files if f["filename"].startswith(prefix) and f["filename"].endswith(machine)
-                  and any(f["filename"][len(prefix):].startswith(b) for b in built)), None)  # fmt: skip
-    if wheel is None:
-        raise LookupError(
-            f"PyPI publishes no {name} {version} wheel for {', '.join(sorted(built))}{machine}"
-        )
+    # the python-abi part of each tag: the platform tag the installed WHEEL names is not the
+    # published one's
+    built = frozenset(tag.rsplit("-", 1)[0] + "-" for tag in tags)
+    found_wheel = wheel(name.lower().replace("_", "-"), version, built)
     hashes, found = _record_hashes(dist_info), {}
-    reader = io.BufferedReader(_Ranged(wheel["url"], wheel["size"]), 8 << 20)
+    reader = io.BufferedReader(_Ranged(found_wheel["url"], found_wheel["size"]), 8 << 20)
     with zipfile.ZipFile(reader) as archive:
         for member in members:
             data = archive.read(member)
             digest = base64.urlsafe_b64encode(hashlib.sha256(data).digest()).rstrip(b"=").decode()
             if digest != hashes.get(member):
                 raise ValueError(
-                    f"{member} in {wheel['filename']} differs from the installed RECORD"
+                    f"{member} in {found_wheel['filename']} differs from the installed RECORD"
                 )
-            found[member] = targets(data) | {"read_from": wheel["filename"]}
+            found[member] = targets(data) | {"read_from": found_wheel["filename"]}
     return found
