@@ -135,6 +135,40 @@ def test_each_planted_fault_is_seen_and_the_same_capture_without_it_works(tmp_pa
 
 
 @pytest.mark.environments
+def test_an_allocation_outside_the_graph_pool_and_a_collective_no_replay_repeats_are_flagged(
+    tmp_path,
+):
+    """Inside a captured segment of a real release's model: an allocation after the graph's pool
+    routing is ended (as SGLang's symmetric-memory context does) is flagged, one under
+    ``use_mem_pool`` alone goes to the graph's pool (the allocator's rule) and is not; a collective
+    on a CPU group and a barrier are flagged, an all-reduce on the device group is held by the
+    graph; torch's capture query answers true there and false outside."""
+    built = env.ensure_env(VERSION)
+    checkpoint = models.write_tiny(*models.named("llama-3.3-70b-nvfp4").tiny()[:2],
+                                   tmp_path / "model")  # fmt: skip
+    faults = ("none", "capturing_asked", "pool_paused", "pool_routed", "collective_cpu_group",
+              "collective_device_group", "barrier_device_group")  # fmt: skip
+    subprocess.run([str(built.python), str(FAULT), str(checkpoint), SM, str(tmp_path), ",".join(faults)],
+                   env={**os.environ, "PYTHONPATH": str(paths.REPO_ROOT / "lib")},
+                   check=True, capture_output=True, timeout=600)  # fmt: skip
+    found = {f: json.loads((tmp_path / f"{f}.json").read_text()) for f in faults}
+    said = {f: breakable_outcome.capture_outcome(r) for f, r in found.items()}
+    for works in ("none", "capturing_asked", "pool_routed", "collective_device_group"):
+        assert said[works][0] == "works", (works, said[works])
+    assert found["none"]["collectives"]["in_segments"] == 0, found["none"]["collectives"]
+    assert found["collective_device_group"]["collectives"]["in_segments"] > 0
+    for fault, start in {
+        "pool_paused": "allocation by empty into the MemPool made at breakable_fault.py:",
+        "collective_cpu_group": "collective all_reduce on tp:0's CPU group (gloo: it runs on the "
+        "host once, at capture, and is in no replay)",
+        "barrier_device_group": "collective barrier on tp:0's device group (it waits on the host",
+    }.items():
+        result, why = said[fault]
+        assert result == "blocked" and why.startswith(start), (fault, why)
+        assert "inside captured segment 2 of bucket 16 at breakable_fault.py:" in why, why
+
+
+@pytest.mark.environments
 def test_deepseeks_shared_experts_fork_a_side_stream_inside_a_segment_and_join_it(tmp_path):
     """A real release's own use of a side stream inside a captured segment, held to CUDA's
     capture rules: with shared-experts fusion off, DeepSeek runs its shared experts on its

@@ -15,7 +15,9 @@ runs eagerly and the backend's own ``replay`` (segments and breaks in order) run
 forward context; the two outputs are compared. Inside an open segment the recorder flags what a
 real capture refuses (``segments``): a host sync (a GPU tensor's value read or copied to the
 host, ``torch.cuda.synchronize``) and, by CUDA's stream-capture rules (``streams``), a side stream
-never joined, a wait on an event from outside the capture, work on a stream not capturing."""
+never joined, a wait on an event from outside the capture, work on a stream not capturing; by the
+caching allocator's routing (``graph_pools``), an allocation outside the graph's pool; a collective
+no replay repeats (``collectives``)."""
 
 from __future__ import annotations
 
@@ -62,9 +64,15 @@ CAPTURE_STANDINS = [
                    "tensors, and a replay re-runs them on those tensors (fixed addresses); the "
                    "graph pool's memory reuse is not imitated: a tensor the release holds only by "
                    "weak reference keeps its memory here, and is counted (``weak_refs``)"),
-    kernels.record("capture_status", f"{GRAPH}._is_stream_capturing",
-                   "cuda-python's cudaStreamGetCaptureInfo needs a CUDA stream: answered by CUDA's "
-                   "capture rules as the capture's streams and events were used (``streams``)"),
+    kernels.record("capture_status", f"{GRAPH}._is_stream_capturing, "
+                   "torch.cuda.is_current_stream_capturing",
+                   "cuda-python's cudaStreamGetCaptureInfo and torch's query need a CUDA stream: "
+                   "answered by CUDA's capture rules as the capture's streams and events were "
+                   "used (``streams``)"),
+    kernels.record("graph_pools", "torch.cuda.MemPool, torch._C._cuda_beginAllocate*ToPool, "
+                   "_cuda_endAllocate*ToPool, _cuda_releasePool",
+                   "no CUDA caching allocator: the pool each GPU allocation would go to is kept "
+                   "by the allocator's routing rule (``graph_pools``), no memory is pooled"),
     kernels.record("graph_streams", "torch.cuda.Stream, stream, current_stream, Event",
                    "torch.cpu's streams, their id standing for stream_id and cuda_stream; work runs "
                    "in order on the CPU, and forks, joins and waits are kept to flag what a real "
@@ -169,6 +177,12 @@ def _boundary(sm: tuple[int, int], capture: segments.Capture, captured: Captured
                 graph_module, "_weak_ref_if_tensor",
                 weak_refs.seen_on_gpu(graph_module._weak_ref_if_tensor, capture.gpu.holds)))  # fmt: skip
         stack.enter_context(capture.streams.installed())
+        stack.enter_context(capture.pools.installed())
+        stack.enter_context(capture.collectives.installed())
+        for owner in (torch._C, torch.cuda.graphs):  # torch's own capture query
+            stack.enter_context(target.attribute_replaced(
+                owner, "_cuda_isCurrentStreamCapturing",
+                lambda: capture.streams.capturing(torch.cpu.current_stream())))  # fmt: skip
         stack.enter_context(target.attribute_replaced(torch.Tensor, "record_stream",
                                                       lambda tensor, stream: None))  # fmt: skip
         for module in (torch.cuda, torch.cpu):  # the runner's device module is the host's CPU
@@ -207,7 +221,7 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
     if hasattr(host, "init_kv_index_translator"):  # 0.5.2x
         host.init_kv_index_translator()
     found: dict[str, Any] = {"standins": CAPTURE_STANDINS}
-    capture.gpu = devices.OnGpu(capture.copied_to_host, capture.copied_from_host)
+    capture.gpu = devices.OnGpu(capture.copied_to_host, capture.copied_from_host, capture.pools)
     capture.gpu.mark(devices.resident(host))
     watched = weak_refs.Watched(lambda: capture.bucket)
     with torch.no_grad(), _boundary(sm, capture, captured), capture.gpu:
@@ -233,6 +247,7 @@ def drive(host: Any, sm: tuple[int, int]) -> dict:
             for key, graph in graphs.items()
         ]  # fmt: skip
         found["flags"], found["streams"] = capture.flags, capture.streams.seen
+        found["collectives"] = capture.collectives.seen
         found["host_reads"] = [  # each frame once: where a host value is frozen into a graph
             {**r, "times": sum(o["frame"] == r["frame"] for o in capture.host_reads)}
             for r in {r["frame"]: r for r in reversed(capture.host_reads)}.values()

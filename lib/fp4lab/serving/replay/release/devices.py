@@ -51,16 +51,19 @@ def _to_host(func: Callable, args: tuple, kwargs: dict) -> bool:
 class OnGpu(TorchFunctionMode):
     """Tensors marked as on the GPU (``mark``), each result of a call marked where the call asks
     for the GPU or reads a marked tensor; ``to_host`` is called with each copy of a marked tensor
-    to the host, ``from_host`` with each copy of host data into the GPU (its function's name).
+    to the host, ``from_host`` with each copy of host data into the GPU (its function's name);
+    ``pools`` (``graph_pools.Pools``), while it watches, with each new GPU tensor's allocation.
     While dynamo traces a release's ``torch.compile``'d helper, each call passes through unseen:
     the helper runs as compiled code (inductor's kernels, no tensor function called), so its
     results are not marked."""
 
-    def __init__(self, to_host: Callable[[str], None], from_host: Callable[[str], None]) -> None:
+    def __init__(
+        self, to_host: Callable[[str], None], from_host: Callable[[str], None], pools: Any = None
+    ) -> None:
         super().__init__()
         self.tensors = WeakIdKeyDictionary()  # by identity: a tensor's == is elementwise
         self.devices: dict[int, torch.device] = {}  # each ``.device`` read of a GPU tensor, kept
-        self.to_host, self.from_host = to_host, from_host
+        self.to_host, self.from_host, self.pools = to_host, from_host, pools
 
     def _asks_gpu(self, func: Callable, args: tuple, kwargs: dict) -> bool:
         """Whether the call puts its result on the GPU: a ``cuda`` device or the device of a GPU
@@ -112,8 +115,19 @@ class OnGpu(TorchFunctionMode):
         if func == DEVICE and read:
             self.devices[id(result)] = result
         elif (read and not to_host) or self._asks_gpu(func, args, kwargs):
-            self.mark(tree_leaves(result))
+            made = tree_leaves(result)
+            if self.pools is not None and self.pools.watching and _new_storage(made, args, kwargs):
+                self.pools.allocated(getattr(func, "__name__", str(func)))
+            self.mark(made)
         return result
+
+
+def _new_storage(made: list[Any], args: tuple, kwargs: dict) -> bool:
+    """Whether a tensor among ``made`` has storage no tensor among the arguments has."""
+    given = {t.untyped_storage().data_ptr() for t in tree_leaves((args, kwargs))
+             if isinstance(t, torch.Tensor)}  # fmt: skip
+    return any(isinstance(t, torch.Tensor) and t.untyped_storage().data_ptr() not in given
+               for t in made)  # fmt: skip
 
 
 def resident(host: Any) -> list[torch.Tensor]:

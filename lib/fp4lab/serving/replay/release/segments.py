@@ -3,8 +3,9 @@
 segment: a host sync a real capture refuses (a GPU tensor's value read or copied to the host,
 ``devices.OnGpu``) apart from a host tensor's value read (frozen into the graph, allowed), a copy
 of unpinned host memory into the GPU, what CUDA's stream-capture rules refuse across streams
-(``streams``), and a JIT build the warm-ups did not ask for (its module compiled and loaded while
-the stream captures)."""
+(``streams``), an allocation outside the graph's pool (``graph_pools``), a collective no replay
+repeats (``collectives``), and a JIT build the warm-ups did not ask for (its module compiled and
+loaded while the stream captures)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ import torch
 
 from fp4lab.compile import frames
 from fp4lab.serving.capture import recorder
-from fp4lab.serving.replay.release import devices, kernels
+from fp4lab.serving.replay.release import collectives, devices, graph_pools, kernels
 from fp4lab.serving.replay.release.streams import Streams
 
 HOST_SYNCS = {torch.ops.aten._local_scalar_dense, torch.ops.aten.nonzero}
@@ -38,10 +39,26 @@ class Capture:
     built: set[str] = field(default_factory=set)
     gpu: devices.OnGpu | None = None
     streams: Streams = field(init=False)
+    pools: graph_pools.Pools = field(init=False)
+    collectives: collectives.Collectives = field(init=False)
 
     def __post_init__(self) -> None:
         self.streams = Streams(lambda what: self.flag(what, kernels_too=True),
                                lambda: frames.release_frame(traceback.extract_stack()))  # fmt: skip
+        self.pools = graph_pools.Pools(self.streams.capturing, lambda what: self.flag(what))
+        self.collectives = collectives.Collectives(lambda: self.open, lambda what: self.flag(what))
+
+    def begin(self, pool: Any) -> None:
+        """A segment's capture opens on the current stream, allocating from ``pool``."""
+        self.segment += 1
+        self.builds(closing=False)
+        self.streams.begin()
+        self.pools.begin_capture(pool)
+
+    def end(self) -> None:
+        self.streams.end()
+        self.pools.end_capture()
+        self.builds(closing=True)
 
     @property
     def open(self) -> bool:
@@ -134,9 +151,7 @@ def segment_class(capture: Capture) -> type:
             self.mode: _Watching | None = None
 
         def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
-            capture.segment += 1
-            capture.builds(closing=False)
-            capture.streams.begin()
+            capture.begin(pool)
             self.mode = _Watching(self, capture)
             self.mode.__enter__()
 
@@ -144,8 +159,7 @@ def segment_class(capture: Capture) -> type:
             if self.mode is None:
                 raise RuntimeError("capture_end without capture_begin")
             self.mode.__exit__(None, None, None)
-            capture.streams.end()
-            capture.builds(closing=True)
+            capture.end()
             self.mode = None
 
         def instantiate(self) -> None:
@@ -161,17 +175,14 @@ def whole_class(capture: Capture) -> type:
         def __init__(
             self, cuda_graph: Any, pool: Any = None, stream: Any = None, **kwargs: Any
         ) -> None:
-            self.mode = _Watching(cuda_graph, capture)
+            self.mode, self.pool = _Watching(cuda_graph, capture), pool
 
         def __enter__(self) -> None:
-            capture.segment += 1
-            capture.builds(closing=False)
-            capture.streams.begin()
+            capture.begin(self.pool)
             self.mode.__enter__()
 
         def __exit__(self, *exc: object) -> None:
             self.mode.__exit__(*exc)
-            capture.streams.end()
-            capture.builds(closing=True)
+            capture.end()
 
     return Whole
