@@ -10,7 +10,11 @@ allocation goes to the first pool begun whose filter takes its stream (the alloc
 from the graph's pool, and only a release that first ends the graph's routing (SGLang's
 ``SymmetricMemoryContext`` does) allocates elsewhere. Such memory is not reserved for the graph:
 once freed, the allocator may give it to another tensor while the graph still writes it on every
-replay (PyTorch's "Graph memory management").
+replay (PyTorch's "Graph memory management"). Upstream met it: sglang#33037 forces
+``--enable-symm-mem`` off under CUDA graphs on Kimi hybrid models, as an address taken from that
+pool during capture is not reserved for the graph and output was silently corrupted; sglang#34230
+routes such allocations into a pool of their own. The replay runs one rank, where the release
+never enters its symmetric-memory context (``use_symmetric_memory``: off at world size 1).
 """
 
 from __future__ import annotations
