@@ -63,9 +63,10 @@ class Pools:
         self.watching = self.graph is not None
 
     def end(self, pool: Any) -> None:
-        found = [i for i, (routed, _) in enumerate(self.routed) if routed == pool]
-        if found:
-            del self.routed[found[0]]
+        for i, (routed, _) in enumerate(self.routed):
+            if routed == pool:  # the first route begun to it, as the allocator removes
+                del self.routed[i]
+                break
         self.watching = self.graph is not None
 
     def allocated(self, name: str) -> None:

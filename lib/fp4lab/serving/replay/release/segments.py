@@ -45,8 +45,8 @@ class Capture:
     def __post_init__(self) -> None:
         self.streams = Streams(lambda what: self.flag(what, kernels_too=True),
                                lambda: frames.release_frame(traceback.extract_stack()))  # fmt: skip
-        self.pools = graph_pools.Pools(self.streams.capturing, lambda what: self.flag(what))
-        self.collectives = collectives.Collectives(lambda: self.open, lambda what: self.flag(what))
+        self.pools = graph_pools.Pools(self.streams.capturing, self.flag)
+        self.collectives = collectives.Collectives(lambda: self.open, self.flag)
 
     def begin(self, pool: Any) -> None:
         """A segment's capture opens on the current stream, allocating from ``pool``."""
