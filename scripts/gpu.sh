@@ -3,8 +3,8 @@
 #
 # Each notebook runs through `python -m fp4lab.core.runner reproduce` (records with provenance
 # in data/, executed copies and HTML in build/), one call per notebook so each gets its own
-# parameters and its own time budget. On one GPU the budgets add up to 480 s: on one H200
-# the whole script finishes within 8 minutes, and a notebook over its budget is stopped and reported
+# parameters and its own time budget. On one GPU the budgets add up to 540 s: on one H200
+# the whole script finishes within 9 minutes, and a notebook over its budget is stopped and reported
 # without stopping the others. Inner timeouts (timeout_s parameters) are set below each
 # budget so the notebooks' own harnesses stop their child processes first.
 #
@@ -50,8 +50,14 @@ step() {
   fi
 }
 
-# 04: GLM-5's full widths, the three compile variants, CUDA-graph replay on the GPU.
-step 180 04 --param scale=1 --param layers=4 --param 'token_counts=[64,256,1024,2048]' --param backend=inductor --param iters=30 --param warmup=3 --param device=cuda
+# 04: GLM-5's full widths, the three compile variants, CUDA-graph replay on the GPU; and the
+# breakable releases' own capture timed at 0-32 breaks on a 32-layer stack (a prefill bucket of
+# 1024 tokens at hidden 4096), one release at a time: in the offline bundle every release it
+# carries, on the machine's torch (elsewhere the notebook's two, in their CPU environments).
+breaks=()
+[[ -n "${FP4LAB_OFFLINE_BUNDLE:-}" ]] && breaks=(--param break_releases=all)
+step 240 04 --param scale=1 --param layers=4 --param 'token_counts=[64,256,1024,2048]' --param backend=inductor --param iters=30 --param warmup=3 --param device=cuda \
+  "${breaks[@]}" --param 'break_shape=[1024,4096,32]' --param 'break_counts=[0,1,2,4,8,16,32]'
 # 05: the custom-op fix at GLM-5's hidden size (head_dim 128); it traces FlashInfer's own code.
 if [[ -z "${DRY_RUN:-}" ]] && wanted 05 && ! "$PY" -c 'import flashinfer' 2>/dev/null; then
   echo "== notebook 05 SKIPPED: flashinfer-python is not importable here (the story's call site is FlashInfer's)"

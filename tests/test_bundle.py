@@ -13,12 +13,14 @@ from pathlib import Path
 import pytest
 
 from fp4lab.core import bundle, probe, records, venvs
-from fp4lab.serving.capture import bundled
+from fp4lab.serving.capture import breakable_timing, bundled
+from fp4lab.serving.replay import versions
 
 SMALL = [
     f"--param={p}"
     for p in ("scale=64", "layers=2", "token_counts=[16]", "backend=eager", "warmup=1", "iters=3",
-              "shapes=[[64,256]]", "throughput_shapes=[[128,256]]", "throughput_iters=2")
+              "shapes=[[64,256]]", "throughput_shapes=[[128,256]]", "throughput_iters=2",
+              "break_releases=0.5.13,0.5.23", "break_shape=[8,32,4]", "break_counts=[0,4]")
 ]  # fmt: skip
 """Notebooks 04 and 06 at test size: the bundle's mechanics, not its measurements."""
 
@@ -67,6 +69,11 @@ def test_the_bundle_carries_sglangs_backend_without_what_the_machine_brings(buil
     assert (folder / "site" / bundled.OPS_STANDIN).exists()
     standins = json.loads((folder / "standins.json").read_text())
     assert [s["name"] for s in standins][-1] == "sgl_kernel_binaries_not_bundled"
+    carried = sorted((p.name for p in (folder / bundled.BREAKABLE).iterdir()), key=versions.order)
+    assert versions.ranges(carried) == "0.5.14–0.5.23", "read from each release's wheel"
+    assert sorted(p.name for p in (folder / bundled.BREAKABLE / "0.5.23").iterdir()) == sorted(
+        breakable_timing.FILES
+    )
 
 
 def test_the_bundle_names_the_commit_it_was_built_from(built):
@@ -156,8 +163,23 @@ def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built
     assert refused["0.5.12"] == (f"environment: the offline GPU bundle carries SGLang "
                                  f"{bundled.RELEASE} only; 0.5.12 needs a package registry to "
                                  f"build its environment")  # fmt: skip
+    timed = [r for r in drive if r["kind"] == "breakable_break_cost"]
+    assert [(r["values"]["variant"], r["values"]["breaks"]) for r in timed] == [
+        ("eager", 0),
+        ("graph", 0),
+        ("breakable", 0),
+        ("breakable", 4),
+    ]
+    assert {r["values"]["loaded_from"] for r in timed} == {"files"}
+    assert timed[0]["provenance"]["packages"]["sglang"] == (
+        f"0.5.23 (breakable files), {bundled.RELEASE} (the rest)"
+    )
+    assert timed[-1]["values"]["segments"] == 5 and timed[-1]["values"]["equal"] is True
+    [absent] = [r["values"] for r in drive if r["kind"] == "breakable_break_cost_not_applicable"]
+    assert absent["sglang_version"] == "0.5.13" and "its wheel has none" in absent["why"]
     assert [r["values"]["check"] for r in drive if r["kind"] == "skipped"] == [
-        "sglang_model_capture"
+        "sglang_model_capture",
+        "breakable_break_cost_timing",
     ]
     assert not (out / "build" / "sglang-compile" / "0.5.12").exists(), "nothing was built"
     skipped = [

@@ -33,6 +33,9 @@ RUNS = {
         iters=3,
         sglang_versions=[versions.STORY_VERSION],
         model_sm="10.0",
+        break_releases=[versions.STORY_VERSION, "0.5.16"],
+        break_shape=[8, 32, 4],
+        break_counts=[0, 2, 4],
     ),
     "05_custom_op_fix": dict(backends=["eager"], layers=1, **SMALL),
     "10_decision_report": {},
@@ -208,6 +211,21 @@ def test_04_sglangs_own_backend_replays_another_layers_capture_under_fullgraph_f
         assert (r["max_abs_vs_uncaptured"], r["max_abs_vs_eager"], r["moved_inputs"]) == (0, 0, 0)
         assert r["replays_of_another_layer"] == [] and r["replays"] == r["piece_runs"]
     assert fixed[0]["debug_mode"] == {"assertion": None, "during": None}
+
+
+def test_04_times_a_break_where_a_gpu_is_and_says_it_did_not_where_none_is(story):
+    rows = _values("04_fullgraph_false_tradeoff", "breakable_break_cost")
+    assert [(r["sglang_version"], r["variant"], r["breaks"]) for r in rows] == [
+        ("0.5.16", v, b)
+        for v, b in (("eager", 0), ("graph", 0), *(("breakable", c) for c in (0, 2, 4)))
+    ]
+    assert all(r["equal"] for r in rows[1:]) and rows[-1]["segments"] == 5
+    [absent] = _values("04_fullgraph_false_tradeoff", "breakable_break_cost_not_applicable")
+    assert absent["sglang_version"] == versions.STORY_VERSION
+    timed = torch.cuda.is_available()
+    assert all((r["replay_ms"] is not None) == timed for r in rows)
+    skipped = {v["check"] for v in _values("04_fullgraph_false_tradeoff", "skipped")}
+    assert ("breakable_break_cost_timing" in skipped) != timed
 
 
 def _mirror_replay_error(variant: str, fullgraph: bool, shape: segment.LayerShape, layers: int,

@@ -63,3 +63,29 @@ def test_a_failed_capture_and_a_slow_kernel_are_said(tmp_path, monkeypatch):
 def test_without_gpu_runs_the_readme_says_so(tmp_path, monkeypatch):
     monkeypatch.setattr(gpu, "GPU_DATA", tmp_path / "none")
     assert gpu.gpu_findings() == "- No GPU run is committed at this commit (data/gpu/ is empty).\n"
+
+
+def test_each_breakable_releases_cost_of_a_break_is_quoted_where_a_gpu_run_has_it(
+    tmp_path, monkeypatch
+):
+    if not gpu.machines():
+        pytest.skip("no GPU run is committed under data/gpu/")
+    folder = _copy_machine(tmp_path, monkeypatch)
+    path = folder / "04_fullgraph_false_tradeoff.jsonl"
+    rows = [json.loads(line) for line in path.read_text().splitlines()]
+    assert "breakable_break_cost_fit" not in {r["kind"] for r in rows}, "none measured yet"
+    before = {r.notebook: r.result for r in gpu.gpu_table().itertuples()}
+    assert "per break" not in before["04_fullgraph_false_tradeoff"]
+    shape = {"tokens": 1024, "hidden": 4096, "layers": 32}
+    fits = [("0.5.16", 41.5, True), ("0.5.23", 38.25, False)]
+    with path.open("a") as out:
+        for version, cost, equal in fits:
+            values = {"sglang_version": version, "us_per_break": cost, **shape,
+                      "replays_equal_eager": equal, "evidence": ["cuda_graph_replay"]}  # fmt: skip
+            out.write(json.dumps({**rows[-1], "kind": "breakable_break_cost_fit",
+                                  "values": values}) + "\n")  # fmt: skip
+    after = {r.notebook: r.result for r in gpu.gpu_table().itertuples()}
+    assert after["04_fullgraph_false_tradeoff"].endswith(
+        "; each release's own breakable capture on a 32-layer stack (1024 tokens, hidden 4096), "
+        "µs per break: 0.5.16 41.5, 0.5.23 38.2; replays differing from eager in: 0.5.23"
+    )

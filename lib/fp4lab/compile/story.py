@@ -33,9 +33,13 @@ PARAMETERS = (
     "cuda_home",
     "sglang_versions",
     "model_sm",
+    "break_releases",
+    "break_shape",
+    "break_counts",
 )
 """The story notebooks' parameters, in the order ``prepare`` checks them (``sglang_versions`` and
-``model_sm`` come checked by ``serving.capture.study``: compile knows nothing of SGLang)."""
+``model_sm`` come checked by ``serving.capture.study``, the three ``break_`` ones by
+``serving.capture.break_study``: compile knows nothing of SGLang)."""
 
 
 @dataclass

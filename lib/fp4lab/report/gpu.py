@@ -71,6 +71,21 @@ def _tradeoff(rows: list[dict]) -> str:
     return f"{text}; quantize kernel: {variants[0]['kernel']}"
 
 
+def _break_costs(rows: list[dict]) -> str:
+    """Notebook 04's breakable releases on a GPU: each one's recorded cost of a break."""
+    fits = _of(rows, "breakable_break_cost_fit")
+    if not fits:
+        return ""
+    first = fits[0]
+    costs = ", ".join(f"{f['sglang_version']} {f['us_per_break']:.1f}" for f in fits)
+    wrong = [f["sglang_version"] for f in fits if not f["replays_equal_eager"]]
+    return (
+        f"; each release's own breakable capture on a {first['layers']}-layer stack "
+        f"({first['tokens']} tokens, hidden {first['hidden']}), µs per break: {costs}; replays "
+        f"differing from eager in: {', '.join(wrong) or 'none'}"
+    )
+
+
 def _piecewise(variants: list[dict]) -> str:
     parts = []
     for tokens in sorted({v["tokens"] for v in variants}):
@@ -119,7 +134,7 @@ def _headline(rows: list[dict]) -> str:
 
 
 RESULTS = {
-    "04_fullgraph_false_tradeoff": _tradeoff,
+    "04_fullgraph_false_tradeoff": lambda rows: _tradeoff(rows) + _break_costs(rows),
     "06_nvfp4_kernels": _kernels,
     "07_mscclpp_allreduce": _headline,
     "08_single_batch_overlap": _headline,

@@ -22,13 +22,15 @@ import os
 import shutil
 import subprocess
 import sys
+import zipfile
 from pathlib import Path
 
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
 from fp4lab.core import bundle, paths
-from fp4lab.serving import standins
+from fp4lab.serving import sglang_env, standins
+from fp4lab.serving.capture import breakable_timing
 from fp4lab.serving.replay import env, versions
 
 RELEASE = versions.STORY_VERSION
@@ -38,6 +40,9 @@ and ``standins.json``."""
 OFFLINE = "FP4LAB_OFFLINE_BUNDLE"
 """Set by ``run.sh``: no environment is built there; only the bundled release is answered."""
 MARKER = "bundled.json"
+BREAKABLE = "breakable"
+"""The folder (in ``FOLDER`` and where it is installed) of each release's breakable-capture
+files (``breakable_timing.FILES``), one folder per release whose wheel has them."""
 
 IMPORT_PROBE = (
     "import sys; sys.modules['flashinfer'] = None\n"
@@ -123,7 +128,29 @@ def add(out: Path, python_versions: tuple[str, ...]) -> int:
     shutil.copy2(site / OPS_STANDIN, copied / OPS_STANDIN)
     manifest = [*built.standins, NO_KERNEL_BINARIES]
     (folder / "standins.json").write_text(json.dumps(manifest, indent=1) + "\n")
+    add_breakable(folder / BREAKABLE)
     return bundle.checked_size(out)
+
+
+def add_breakable(folder: Path) -> list[str]:
+    """Into ``folder/VERSION``, from each release's wheel that has them, the files of its
+    breakable capture (``breakable_timing.FILES``); returns the releases carried."""
+    inside = breakable_timing.MODULE.rsplit(".", 1)[0].replace(".", "/")
+    carried = []
+    for version in versions.VERSIONS:
+        wheel, error = sglang_env.download_wheel(version, env.env_dir(version) / "wheel")
+        if wheel is None:
+            raise RuntimeError(error)
+        with zipfile.ZipFile(wheel) as archive:
+            names = set(archive.namelist())
+            if not all(f"{inside}/{name}" in names for name in breakable_timing.FILES):
+                continue
+            (folder / version).mkdir(parents=True)
+            for name in breakable_timing.FILES:
+                (folder / version / name).write_bytes(archive.read(f"{inside}/{name}"))
+        carried.append(version)
+    print(f"breakable capture files of SGLang {versions.ranges(carried)} carried")
+    return carried
 
 
 def install(folder: Path) -> Path:
@@ -138,12 +165,30 @@ def install(folder: Path) -> Path:
                     "--find-links", str(folder / "wheels"), "--target", str(site), *pins],
                    check=True)  # fmt: skip
     shutil.copytree(folder / "site", site, dirs_exist_ok=True)
+    shutil.copytree(folder / BREAKABLE, home / BREAKABLE)
     for info in site.glob(f"{standins.KERNEL_BINARIES}-*.dist-info"):  # name-version.dist-info
         installed["sgl-kernel"] = info.name.removesuffix(".dist-info").split("-")[-1]
     marker = home / MARKER
     marker.write_text(json.dumps({"python": sys.executable, "site": str(site), "installed": installed,
                                   "standins": json.loads((folder / "standins.json").read_text())}))  # fmt: skip
     return marker
+
+
+def _home() -> Path:
+    return env.env_dir(RELEASE) / "bundled"
+
+
+def breakable_files(version: str) -> Path | None:
+    """Inside the offline bundle: the folder of ``version``'s breakable-capture files, or None
+    where the bundle carries none (its wheel has none)."""
+    found = _home() / BREAKABLE / version
+    return found if found.is_dir() else None
+
+
+def breakable_releases() -> list[str]:
+    """Inside the offline bundle: the releases whose breakable capture it carries, oldest first."""
+    carried = [p.name for p in (_home() / BREAKABLE).iterdir()] if offline() else []
+    return sorted(carried, key=versions.order)
 
 
 def offline() -> bool:

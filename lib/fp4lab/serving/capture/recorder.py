@@ -36,8 +36,22 @@ class _Op:
 class RecordedGraph:
     """Stands for ``torch.cuda.CUDAGraph``: the operators of one capture, replayed in order."""
 
+    keep_graph: bool = False
     ops: list[_Op] = field(default_factory=list)
     replays: int = 0
+    _recording: _Recording | None = None
+
+    def capture_begin(self, pool: Any = None, capture_error_mode: str = "global") -> None:
+        """Start recording (a segmented capture's begin; pool and mode are accepted, unused)."""
+        self._recording = _Recording(self)
+        self._recording.__enter__()
+
+    def capture_end(self) -> None:
+        self._recording.__exit__(None, None, None)
+        self._recording = None
+
+    def instantiate(self) -> None:
+        """Nothing to build: the recorded operators are the graph."""
 
     def replay(self) -> None:
         self.replays += 1
