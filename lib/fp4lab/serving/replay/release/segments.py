@@ -162,9 +162,6 @@ def segment_class(capture: Capture) -> type:
             capture.end()
             self.mode = None
 
-        def instantiate(self) -> None:
-            return None
-
     return Segment
 
 
