@@ -59,13 +59,14 @@ def _where(version: str) -> tuple[env.CompileEnv | None, str, str]:
         if folder is None:
             return None, "", (f"n/a: the bundle carries no breakable capture of SGLang {version} "
                               f"(its wheel has none, read when the bundle was built)")  # fmt: skip
-        return bundled.environment(bundled.RELEASE), str(folder), ""
-    built = env.ensure_env(version)
+        built, argument = bundled.environment(bundled.RELEASE), str(folder)
+    else:
+        built, argument = env.ensure_env(version), "-"
     if not built.ok:
         return None, "", f"environment: {built.error}"
-    if not env.has_backend(version, "breakable"):
+    if argument == "-" and not env.has_backend(version, "breakable"):
         return None, "", f"n/a: SGLang {version} has no breakable CUDA graph (no backend file)"
-    return built, "-", ""
+    return built, argument, ""
 
 
 def measure(rec: records.Recorder, shape: tuple[int, int, int], counts: list[int],
