@@ -186,7 +186,7 @@ def _measured(run: list[dict]) -> bool:
     return summary is not None and not str(summary.get("status", "")).startswith("not measured")
 
 
-def _chosen(grouped: list[list[dict]]) -> int:
+def chosen(grouped: list[list[dict]]) -> int:
     """Which run ``latest`` quotes: the newest that measured something, else the newest that
     finished (wrote its summary), else the newest; -1 when there is none."""
     for good in (_measured, lambda run: _summary(run) is not None, lambda run: True):
@@ -202,7 +202,7 @@ def latest(notebook: str) -> list[dict]:
     the runner's log write none); [] when there are none. A failed, killed, refused or empty run
     never hides the last good one: ``newer_runs`` names it."""
     grouped = runs(read(notebook))
-    return grouped[_chosen(grouped)] if grouped else []
+    return grouped[chosen(grouped)] if grouped else []
 
 
 def newer_runs(notebook: str) -> list[dict]:
@@ -212,7 +212,7 @@ def newer_runs(notebook: str) -> list[dict]:
     if not grouped:
         return []
     newer = []
-    for run in grouped[_chosen(grouped) + 1 :]:
+    for run in grouped[chosen(grouped) + 1 :]:
         summary = _summary(run)
         why = (
             f"{summary.get('status')}: {summary.get('headline', '')}".rstrip(": ")

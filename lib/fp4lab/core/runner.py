@@ -29,7 +29,7 @@ from pathlib import Path
 import nbformat
 
 import fp4lab
-from fp4lab.core import page, paths, process, progress, records
+from fp4lab.core import history, page, paths, process, progress, records
 from fp4lab.core.catalog import (
     KERNEL,
     Notebook,
@@ -233,6 +233,7 @@ def reproduce(
             _record(nb, "interrupted", f"{nb.name}: stopped by {how}", started)
             raise
         _record(nb, status, reason, started)
+        history.prune(nb.name)  # the run quoted now and any newer stay; git keeps the rest
     index_error = write_index(folder, html_dir) if html else ""
     if index_error:
         print(index_error, file=sys.stderr)
