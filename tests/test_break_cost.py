@@ -11,7 +11,7 @@ from pathlib import Path
 import pytest
 
 from fp4lab.core import records, venvs
-from fp4lab.serving.capture import break_study, breakable_timing
+from fp4lab.serving.capture import break_study, breakable_timing, bundled
 from fp4lab.serving.replay import env, versions
 
 VERSION = "0.5.16"
@@ -122,3 +122,16 @@ def test_each_release_is_recorded_as_measured_or_not_applicable(tmp_path, monkey
     shown = break_study.table(rows)
     assert list(shown["equals eager"]) == ["", True, True, True, True]
     assert "replay ms" not in shown.columns and list(shown["segments"])[:2] == ["", 1]
+
+
+def test_in_the_offline_bundle_a_release_it_does_not_carry_is_not_applicable(tmp_path, monkeypatch):
+    monkeypatch.setenv(bundled.OFFLINE, "1")
+    monkeypatch.setenv("FP4LAB_BUILD_DIR", str(tmp_path))
+    assert break_study.releases("all") == [], "the bundle carries none here"
+    (bundled.env.env_dir(bundled.RELEASE) / "bundled" / bundled.BREAKABLE / "0.5.23").mkdir(
+        parents=True
+    )
+    assert break_study.releases("all") == ["0.5.23"]
+    assert break_study._where("0.5.13") == (None, "", (
+        "n/a: the bundle carries no breakable capture of SGLang 0.5.13 (its wheel has none, "
+        "read when the bundle was built)"))  # fmt: skip

@@ -187,7 +187,8 @@ def breakable_files(version: str) -> Path | None:
 
 def breakable_releases() -> list[str]:
     """Inside the offline bundle: the releases whose breakable capture it carries, oldest first."""
-    carried = [p.name for p in (_home() / BREAKABLE).iterdir()] if offline() else []
+    folder = _home() / BREAKABLE
+    carried = [p.name for p in folder.iterdir()] if offline() and folder.is_dir() else []
     return sorted(carried, key=versions.order)
 
 
