@@ -7,7 +7,8 @@
 # CPU defaults elsewhere, every GPU check then recorded as skipped; 05 only where FlashInfer
 # imports: the story's call site is FlashInfer's), and writes records to
 # OUT_DIR/data, figures to OUT_DIR/figures, executed notebooks to OUT_DIR/build, and one
-# summary line per notebook to the terminal and OUT_DIR/summary.txt. Where the bundle carries
+# summary line per notebook to the terminal and OUT_DIR/summary.txt; the three are packed into
+# OUT_DIR/results.tar.gz, one file to bring back. Where the bundle carries
 # SGLang's backend (sglang/), it is installed offline under OUT_DIR/build and notebook 04 drives
 # it, with real CUDA-graph capture where torch sees a GPU. Parameters after OUT_DIR
 # go to the notebooks run without a CUDA device (e.g. small ones for a quick check).
@@ -61,4 +62,7 @@ else
   "$PY" -m fp4lab.core.runner reproduce --notebooks "$notebooks" --no-html "$@" || status=$?
 fi
 "$PY" -m fp4lab.core.bundle summary "$OUT/data" | tee "$OUT/summary.txt"
+# One archive of what comes back to be committed (data/gpu/<machine>/, figures/gpu/<machine>/).
+tar -czf "$OUT/results.tar.gz" --ignore-failed-read -C "$OUT" data figures summary.txt 2>/dev/null || true
+echo "records, figures and summary in one archive: $OUT/results.tar.gz"
 exit $status

@@ -8,6 +8,7 @@ import json
 import os
 import subprocess
 import sys
+import tarfile
 from pathlib import Path
 
 import pytest
@@ -201,5 +202,9 @@ def test_run_sh_offline_on_a_cpu_python_records_every_gpu_check_as_skipped(built
     assert len(summary) == 2 and all(": ran in " in line for line in summary)
     assert summary[0].endswith("not measured: sglang_backend 0.5.12, sglang_backend 0.5.21")
     assert list((out / "figures").glob("*.png")), "figures come back with the records"
+    with tarfile.open(out / "results.tar.gz") as archive:
+        names = set(archive.getnames())
+    assert {"summary.txt", "data/04_fullgraph_false_tradeoff.jsonl"} <= names
+    assert any(n.startswith("figures/") and n.endswith(".png") for n in names)
     first = json.loads((out / "data" / "06_nvfp4_kernels.jsonl").read_text().splitlines()[0])
     assert first["provenance"]["git"] == {**records.git_state(), "from": "bundle"}
