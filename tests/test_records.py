@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from fp4lab.core import paths, probe, records
+from fp4lab.core import history, paths, probe, records
 
 
 def test_append_writes_one_line_with_provenance(isolated_outputs):
@@ -237,3 +237,23 @@ def test_every_committed_line_is_strict_json_naming_no_machine_path():
             json.loads(line, parse_constant=_refuse)
             found = machine.search(line)
             assert found is None, f"{path.name}:{number}: {found and found[0]}"
+
+
+def test_prune_drops_only_the_runs_no_reader_quotes(isolated_outputs, monkeypatch):
+    _run(monkeypatch, "first", "row", "summary")
+    _run(monkeypatch, "good", "row", "row", "summary")
+    _run(monkeypatch, "killed", "row")
+    _run(monkeypatch, "empty", "row", "summary", status="not measured")
+    path = isolated_outputs / "data" / "nb.jsonl"
+    written = path.read_text().splitlines()
+    quoted, newer = records.latest("nb"), records.newer_runs("nb")
+    assert history.prune("nb") == 2, "the first run's row and summary"
+    assert path.read_text().splitlines() == written[2:], "the rest kept as written, in order"
+    assert records.latest("nb") == quoted and records.newer_runs("nb") == newer
+    assert history.prune("nb") == 0 and history.prune("missing") == 0
+
+
+def test_an_unknown_notebook_is_refused_naming_the_known_ones(isolated_outputs, capsys):
+    assert history.main(["prune", "99_nothing"]) == 2
+    err = capsys.readouterr().err
+    assert "unknown notebooks ['99_nothing']" in err and "04_fullgraph_false_tradeoff" in err
